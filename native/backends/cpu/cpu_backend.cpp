@@ -1,0 +1,174 @@
+#include "cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "dot.h"
+
+namespace moelens {
+
+using namespace cpu;
+
+namespace {
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+CpuBuffer::CpuBuffer(ElemType type, size_t count) : Buffer(type, count), data_(new uint32_t[count ? count : 1]()) {}
+
+CpuBackend::CpuBackend(int threads) : pool_(threads) {}
+
+std::unique_ptr<Buffer> CpuBackend::alloc(ElemType type, size_t count) { return std::make_unique<CpuBuffer>(type, count); }
+
+std::unique_ptr<Buffer> CpuBackend::upload(const std::vector<float>& values) {
+  auto b = std::make_unique<CpuBuffer>(ElemType::F32, values.size());
+  std::memcpy(b->f32(), values.data(), values.size() * 4);
+  return b;
+}
+
+std::unique_ptr<Weight> CpuBackend::upload(const LinearWeight& w) { return std::make_unique<CpuWeight>(w); }
+
+void CpuBackend::write(View dst, const void* src, size_t count) { std::memcpy(f32(dst), src, count * 4); }
+void CpuBackend::read(View src, void* dst, size_t count) { std::memcpy(dst, f32(src), count * 4); }
+void CpuBackend::copy(View dst, View src, size_t count) { std::memmove(f32(dst), f32(src), count * 4); }
+void CpuBackend::fill(View dst, float value, size_t count) { std::fill_n(f32(dst), count, value); }
+
+void CpuBackend::embed(const Weight& table, View ids, int n, View out) {
+  const LinearWeight& w = static_cast<const CpuWeight&>(table).w;
+  const int32_t* id = i32(ids);
+  float* o = f32(out);
+  for (int t = 0; t < n; ++t) dequantize_row(w, row_of(w, 0, id[t]), o + size_t(t) * w.cols);
+}
+
+void CpuBackend::rms_norm(View x, View weight, int rows, int dim, float eps, View out) {
+  const float* w = weight ? f32(weight) : nullptr;
+  float* xs = f32(x);
+  float* os = f32(out);
+  pool_.parallel_for(size_t(rows), 16, [&](size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; ++r) {
+      const float* xr = xs + r * dim;
+      float* o = os + r * dim;
+      float ss = dot_f32(xr, xr, dim);
+      float inv = 1.0f / std::sqrt(ss / float(dim) + eps);
+      for (int i = 0; i < dim; ++i) o[i] = xr[i] * inv * (w ? w[i] : 1.0f);
+    }
+  });
+}
+
+void CpuBackend::add(View a, View b, size_t count, float s) { axpy(s, f32(b), f32(a), int64_t(count)); }
+
+void CpuBackend::scale(View x, float s, size_t count) {
+  float* p = f32(x);
+  for (size_t i = 0; i < count; ++i) p[i] *= s;
+}
+
+void CpuBackend::linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  if (n == 1) {
+    std::vector<float> gsum;
+    if (w.quantized()) {
+      gsum.resize(size_t(cols / w.group_size));
+      group_sums(x, cols, w.group_size, gsum.data());
+    }
+    pool_.parallel_for(size_t(rows), 8, [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, expert, int64_t(r)), x, gsum.data());
+    });
+    return;
+  }
+  // Several rows of activations: dequantise each weight row once and reuse it for every token.
+  pool_.parallel_for(size_t(rows), 4, [&](size_t r0, size_t r1) {
+    std::vector<float> wrow(static_cast<size_t>(cols));
+    for (size_t r = r0; r < r1; ++r) {
+      dequantize_row(w, row_of(w, expert, int64_t(r)), wrow.data());
+      for (int t = 0; t < n; ++t) y[size_t(t) * rows + r] = dot_f32(wrow.data(), x + size_t(t) * cols, cols);
+    }
+  });
+}
+
+void CpuBackend::matmul(const Weight& weight, View x, int n, View out) {
+  linear(static_cast<const CpuWeight&>(weight).w, 0, f32(x), n, f32(out));
+}
+
+void CpuBackend::sigmoid_mul(View x, View gate, size_t count) {
+  float* p = f32(x);
+  const float* g = f32(gate);
+  for (size_t i = 0; i < count; ++i) p[i] *= sigmoid(g[i]);
+}
+
+void CpuBackend::swiglu(View gate, View up, size_t count, View out) {
+  const float* g = f32(gate);
+  const float* u = f32(up);
+  float* o = f32(out);
+  for (size_t i = 0; i < count; ++i) o[i] = silu(g[i]) * u[i];
+}
+
+void CpuBackend::add_gated(View acc, View y, View gate_logit, int n, int dim, float s) {
+  for (int t = 0; t < n; ++t) axpy(s * sigmoid(f32(gate_logit)[t]), f32(y) + size_t(t) * dim, f32(acc) + size_t(t) * dim, dim);
+}
+
+void CpuBackend::route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
+                       View probs) {
+  for (int t = 0; t < n; ++t) {
+    const float* l = f32(logits) + size_t(t) * experts;
+    const float* b = bias ? f32(bias) + size_t(t) * experts : nullptr;
+    std::vector<float> p(static_cast<size_t>(experts));
+    float mx = -INFINITY;
+    for (int e = 0; e < experts; ++e) {
+      p[e] = l[e] + (b ? b[e] : 0.f);
+      mx = std::max(mx, p[e]);
+    }
+    float sum = 0.f;
+    for (int e = 0; e < experts; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (int e = 0; e < experts; ++e) p[e] /= sum;
+    if (probs) std::copy(p.begin(), p.end(), f32(probs) + size_t(t) * experts);
+    // top-k, descending probability, ties to the lower expert id
+    std::vector<int> order(static_cast<size_t>(experts));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+    float total = 0.f;
+    for (int s = 0; s < k; ++s) total += p[order[s]];
+    for (int s = 0; s < k; ++s) {
+      i32(ids)[size_t(t) * k + s] = order[s];
+      f32(weights)[size_t(t) * k + s] = renormalize ? p[order[s]] / total : p[order[s]];
+    }
+  }
+}
+
+void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
+                             View weights, int n, int k, View out) {
+  const LinearWeight& G = static_cast<const CpuWeight&>(gate_w).w;
+  const LinearWeight& U = static_cast<const CpuWeight&>(up_w).w;
+  const LinearWeight& D = static_cast<const CpuWeight&>(down_w).w;
+  const int64_t H = G.cols, I = G.rows;
+  const float* xs = f32(x);
+  float* o = f32(out);
+  std::fill_n(o, size_t(n) * H, 0.f);
+  // Group the (token, slot) pairs by expert so that each expert's weights are read once per call.
+  std::vector<std::vector<std::pair<int, float>>> by_expert(size_t(G.experts));
+  for (int t = 0; t < n; ++t)
+    for (int s = 0; s < k; ++s) {
+      int e = i32(ids)[size_t(t) * k + s];
+      by_expert[size_t(e)].push_back({t, f32(weights)[size_t(t) * k + s]});
+    }
+  std::vector<float> xin, g, u, y;
+  for (size_t e = 0; e < by_expert.size(); ++e) {
+    const auto& list = by_expert[e];
+    if (list.empty()) continue;
+    const int m = int(list.size());
+    xin.resize(size_t(m) * H);
+    for (int j = 0; j < m; ++j) std::memcpy(&xin[size_t(j) * H], xs + size_t(list[j].first) * H, size_t(H) * 4);
+    g.resize(size_t(m) * I);
+    u.resize(size_t(m) * I);
+    y.resize(size_t(m) * H);
+    linear(G, int64_t(e), xin.data(), m, g.data());
+    linear(U, int64_t(e), xin.data(), m, u.data());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    linear(D, int64_t(e), g.data(), m, y.data());
+    for (int j = 0; j < m; ++j) axpy(list[j].second, &y[size_t(j) * H], o + size_t(list[j].first) * H, H);
+  }
+}
+
+}  // namespace moelens

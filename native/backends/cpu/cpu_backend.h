@@ -1,0 +1,77 @@
+// The CPU backend: the numerical reference for every other backend. Activations and state are fp32;
+// weights stay in the checkpoint's mapped memory in their stored format.
+#pragma once
+
+#include <memory>
+
+#include "../../core/backend.h"
+#include "thread_pool.h"
+
+namespace moelens {
+
+class CpuBuffer final : public Buffer {
+ public:
+  CpuBuffer(ElemType type, size_t count);
+  float* f32() { return reinterpret_cast<float*>(data_.get()); }
+  int32_t* i32() { return reinterpret_cast<int32_t*>(data_.get()); }
+
+ private:
+  std::unique_ptr<uint32_t[]> data_;
+};
+
+class CpuWeight final : public Weight {
+ public:
+  explicit CpuWeight(const LinearWeight& w) : w(w) {}
+  LinearWeight w;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads = 0);
+  const char* name() const override { return "cpu"; }
+  int threads() const { return pool_.size(); }
+
+  std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;
+  std::unique_ptr<Buffer> upload(const std::vector<float>& values) override;
+  std::unique_ptr<Weight> upload(const LinearWeight& w) override;
+  void write(View dst, const void* src, size_t count) override;
+  void read(View src, void* dst, size_t count) override;
+  void copy(View dst, View src, size_t count) override;
+  void fill(View dst, float value, size_t count) override;
+  void synchronize() override {}
+
+  void embed(const Weight& table, View ids, int n, View out) override;
+  void rms_norm(View x, View weight, int rows, int dim, float eps, View out) override;
+  void add(View a, View b, size_t count, float scale) override;
+  void scale(View x, float scale, size_t count) override;
+  void matmul(const Weight& w, View x, int n, View out) override;
+
+  void conv_silu(View x, View state, View weights, int n, int channels, int kernel, View out) override;
+  void deltanet(View qkv, View b, View a, View A_log, View dt_bias, View state, int n, const DeltaNetShape& s,
+                View out, const DeltaNetTrace& trace) override;
+  void gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) override;
+
+  void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s, View q,
+                      View gate) override;
+  void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
+                 View probs) override;
+  void sigmoid_mul(View x, View gate, size_t count) override;
+
+  void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
+             View probs) override;
+  void moe_experts(const Weight& gate, const Weight& up, const Weight& down, View x, View ids, View weights, int n,
+                   int k, View out) override;
+  void swiglu(View gate, View up, size_t count, View out) override;
+  void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) override;
+
+ private:
+  // y[n, rows] = x[n, cols] · W_eᵀ for expert e (0 for plain matrices); x rows strided by ldx.
+  void linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y);
+  ThreadPool pool_;
+};
+
+// Raw pointers of a view, for the kernels.
+inline float* f32(View v) { return static_cast<CpuBuffer*>(v.buf)->f32() + v.offset; }
+inline int32_t* i32(View v) { return static_cast<CpuBuffer*>(v.buf)->i32() + v.offset; }
+
+}  // namespace moelens

@@ -1,0 +1,42 @@
+// A persistent pool of worker threads for the CPU backend's data-parallel loops.
+// parallel_for hands out contiguous index ranges; the caller's thread works too.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moelens {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // total threads including the caller; <= 0: hardware concurrency
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+  // Calls fn(begin, end) over [0, n) in chunks of at least `grain`; returns when all are done.
+  void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(size_t, size_t)>* job_ = nullptr;
+  size_t n_ = 0, chunk_ = 0;
+  std::atomic<size_t> next_{0};
+  int active_ = 0;
+  unsigned generation_ = 0;
+  bool stop_ = false;
+  std::mutex call_mu_;  // one parallel_for at a time (sessions may run on different threads)
+};
+
+}  // namespace moelens

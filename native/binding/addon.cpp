@@ -1,0 +1,89 @@
+// Module entry: loadModel(dir, options, onProgress) -> Promise<NativeModel>.
+#include <string>
+
+#include "backends/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "wraps.h"
+
+namespace moelens::binding {
+
+namespace {
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+  if (name == "cpu") return std::make_unique<CpuBackend>(threads);
+  fail("unknown backend '", name, "' (this build has: cpu)");
+}
+
+class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
+ public:
+  LoadWorker(Napi::Env env, std::string dir, std::string backend, int threads, Napi::Function on_progress)
+      : Napi::AsyncProgressQueueWorker<int32_t>(env), deferred_(Napi::Promise::Deferred::New(env)), dir_(std::move(dir)),
+        backend_(std::move(backend)), threads_(threads) {
+    if (!on_progress.IsEmpty()) progress_cb_ = Napi::Persistent(on_progress);
+  }
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+  void Execute(const ExecutionProgress& progress) override {
+    try {
+      model_ = Model::load(dir_, make_backend(backend_, threads_), [&](int done, int total) {
+        int32_t p[2] = {done, total};
+        progress.Send(p, 2);
+      });
+    } catch (const std::exception& e) {
+      SetError(e.what());
+    }
+  }
+  void OnProgress(const int32_t* data, size_t count) override {
+    if (progress_cb_.IsEmpty() || count < 2) return;
+    Napi::Env env = Env();
+    progress_cb_.Call({Napi::Number::New(env, data[0]), Napi::Number::New(env, data[1])});
+  }
+  void OnOK() override { deferred_.Resolve(ModelWrap::Wrap(Env(), std::shared_ptr<Model>(std::move(model_)))); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  Napi::FunctionReference progress_cb_;
+  std::string dir_, backend_;
+  int threads_;
+  std::unique_ptr<Model> model_;
+};
+
+Napi::Value LoadModel(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "loadModel(dir, options?, onProgress?): dir must be a string");
+  std::string backend = "cpu";
+  int threads = 0;
+  if (info.Length() > 1 && info[1].IsObject()) {
+    Napi::Object o = info[1].As<Napi::Object>();
+    if (o.Has("backend") && o.Get("backend").IsString()) backend = o.Get("backend").As<Napi::String>();
+    if (o.Has("threads") && o.Get("threads").IsNumber()) threads = o.Get("threads").As<Napi::Number>().Int32Value();
+  }
+  Napi::Function cb;
+  if (info.Length() > 2 && info[2].IsFunction()) cb = info[2].As<Napi::Function>();
+  auto* worker = new LoadWorker(env, info[0].As<Napi::String>(), backend, threads, cb);
+  Napi::Promise p = worker->promise();
+  worker->Queue();
+  return p;
+}
+
+}  // namespace
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* ctors = new Constructors();
+  ctors->model = Napi::Persistent(ModelWrap::Init(env));
+  ctors->session = Napi::Persistent(SessionWrap::Init(env));
+  env.SetInstanceData(ctors);
+  exports.Set("loadModel", Napi::Function::New(env, LoadModel));
+  exports.Set("backends", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+    Napi::Array a = Napi::Array::New(info.Env());
+    a.Set(0u, Napi::String::New(info.Env(), "cpu"));
+    return a;
+  }));
+  return exports;
+}
+
+}  // namespace moelens::binding
+
+static Napi::Object InitModule(Napi::Env env, Napi::Object exports) { return moelens::binding::Init(env, exports); }
+NODE_API_MODULE(moelens_native, InitModule)

@@ -1,0 +1,132 @@
+// The interface every compute backend implements (CPU now; Metal and CUDA follow the same shape).
+//
+// It is designed for GPUs: the model runs as a per-layer sequence of kernels over buffers the backend
+// owns, and the host reads back nothing in the hot path but logits and the traces a caller asked for.
+// Buffers hold 32-bit elements (F32 or I32); a View is a buffer plus an element offset. All kernels take
+// row counts `n` (tokens) so that one call serves prefill (many rows) and decode (one row).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "weights.h"
+
+namespace moelens {
+
+enum class ElemType { F32, I32 };
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  ElemType type() const { return type_; }
+  size_t count() const { return count_; }
+
+ protected:
+  Buffer(ElemType type, size_t count) : type_(type), count_(count) {}
+
+ private:
+  ElemType type_;
+  size_t count_;
+};
+
+struct View {
+  Buffer* buf = nullptr;
+  size_t offset = 0;  // in elements
+  View() = default;
+  View(Buffer* b, size_t off = 0) : buf(b), offset(off) {}
+  View(const std::unique_ptr<Buffer>& b, size_t off = 0) : buf(b.get()), offset(off) {}
+  explicit operator bool() const { return buf != nullptr; }
+  View at(size_t more) const { return View(buf, offset + more); }
+};
+
+// A weight matrix (or expert stack) resident on the backend.
+class Weight {
+ public:
+  virtual ~Weight() = default;
+};
+
+struct DeltaNetShape {
+  int key_heads, value_heads, key_dim, value_dim;
+  float eps;  // of the q/k l2 normalisation
+};
+
+// Optional per-token outputs of the DeltaNet kernel, written only when their view is set.
+struct DeltaNetTrace {
+  View beta;        // [n, value_heads]
+  View decay;       // [n, value_heads]: exp(g)
+  View state_norm;  // [n, value_heads]: Frobenius norm of the state after the token
+};
+
+struct AttentionShape {
+  int heads, kv_heads, head_dim, rotary_dim;
+  bool gated;
+  float rope_theta, eps;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Memory. New buffers are zero-filled.
+  virtual std::unique_ptr<Buffer> alloc(ElemType type, size_t count) = 0;
+  virtual std::unique_ptr<Buffer> upload(const std::vector<float>& values) = 0;
+  virtual std::unique_ptr<Weight> upload(const LinearWeight& w) = 0;
+  virtual void write(View dst, const void* src, size_t count) = 0;
+  virtual void read(View src, void* dst, size_t count) = 0;
+  virtual void copy(View dst, View src, size_t count) = 0;
+  virtual void fill(View dst, float value, size_t count) = 0;
+  virtual void synchronize() = 0;
+
+  // out[n, hidden] = rows `ids` of the embedding table
+  virtual void embed(const Weight& table, View ids, int n, View out) = 0;
+  // out[r] = x[r] / rms(x[r]) * weight, over `rows` rows of `dim`; in place allowed
+  virtual void rms_norm(View x, View weight, int rows, int dim, float eps, View out) = 0;
+  // a += scale * b
+  virtual void add(View a, View b, size_t count, float scale = 1.0f) = 0;
+  // x *= scale
+  virtual void scale(View x, float scale, size_t count) = 0;
+  // out[n, w.rows] = x[n, w.cols] · Wᵀ   (expert 0 of a stack is not meant here)
+  virtual void matmul(const Weight& w, View x, int n, View out) = 0;
+
+  // Gated DeltaNet.
+  // Depthwise causal conv over time then SiLU: `state` [kernel-1, channels] holds the raw inputs of the
+  // previous tokens and is updated; weights [channels, kernel].
+  virtual void conv_silu(View x, View state, View weights, int n, int channels, int kernel, View out) = 0;
+  // The gated delta rule, token by token: qkv [n, conv_dim] (after conv), b and a [n, value_heads],
+  // state [value_heads, key_dim, value_dim] (fp32, updated); out [n, value_heads * value_dim].
+  virtual void deltanet(View qkv, View b, View a, View A_log, View dt_bias, View state, int n,
+                        const DeltaNetShape& s, View out, const DeltaNetTrace& trace) = 0;
+  // out = rms_norm(x) * weight * silu(z) per row of `dim`
+  virtual void gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) = 0;
+
+  // Gated attention.
+  // Splits q_proj's per-head [query | gate] rows, applies q/k RMSNorm and partial RoPE at positions
+  // pos0 .. pos0+n-1. qg [n, heads*(gated?2:1)*head_dim], k [n, kv_heads*head_dim] (in place);
+  // writes q [n, heads*head_dim] and gate [n, heads*head_dim].
+  virtual void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
+                              View q, View gate) = 0;
+  // Causal attention of n queries at pos0.. over the cache rows 0 .. pos0+n-1 (GQA).
+  // out [n, heads*head_dim]. probs, when set, receives [heads, n, pos0+n] softmax weights.
+  virtual void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
+                         View probs) = 0;
+  // x *= sigmoid(gate)
+  virtual void sigmoid_mul(View x, View gate, size_t count) = 0;
+
+  // Mixture of experts.
+  // Router: probabilities = softmax(logits + bias) over all experts; top-k; renormalised when asked.
+  // bias (optional) is [n, experts] and holds 0 or -inf (disabled experts) or +inf (forced experts).
+  virtual void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
+                     View probs) = 0;
+  // out[t] = Σ_slots weight · down_e(silu(gate_e(x)) * up_e(x)) for the chosen experts
+  virtual void moe_experts(const Weight& gate, const Weight& up, const Weight& down, View x, View ids, View weights,
+                           int n, int k, View out) = 0;
+  // out = silu(gate) * up
+  virtual void swiglu(View gate, View up, size_t count, View out) = 0;
+  // acc[t] += scale * sigmoid(gate_logit[t]) * y[t], rows of `dim`
+  virtual void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) = 0;
+};
+
+}  // namespace moelens

@@ -1,0 +1,4 @@
+// The model's hyper-parameters as the core read them from config.json.
+import type { NativeConfig } from "./native";
+
+export type ModelConfig = NativeConfig;

@@ -1,0 +1,91 @@
+// Loads the compiled core (build/native/Release/moelens.node) and describes its raw interface.
+// The rest of the SDK wraps these objects; users never touch them directly.
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+export interface NativeForwardOptions {
+  logits?: "all" | "last" | "none";
+  router?: boolean;
+  residual?: boolean;
+}
+
+export interface NativeForwardResult {
+  n: number;
+  logitsRows: number;
+  logits: Float32Array;
+  routerLogits?: Float32Array;
+  routerIds?: Int32Array;
+  routerWeights?: Float32Array;
+  residual?: Float32Array;
+}
+
+export interface NativeSession {
+  forward(ids: Int32Array, options: NativeForwardOptions): Promise<NativeForwardResult>;
+  reset(): void;
+  fork(): NativeSession;
+  cancel(): void;
+  readonly position: number;
+}
+
+export interface NativeConfig {
+  modelType: string;
+  vocabSize: number;
+  hiddenSize: number;
+  numLayers: number;
+  layerTypes: ("linear_attention" | "full_attention")[];
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  rotaryDim: number;
+  ropeTheta: number;
+  linearKeyHeads: number;
+  linearValueHeads: number;
+  linearKeyDim: number;
+  linearValueDim: number;
+  convKernel: number;
+  numExperts: number;
+  expertsPerToken: number;
+  expertIntermediate: number;
+  sharedIntermediate: number;
+  rmsNormEps: number;
+  maxPositionEmbeddings: number;
+  eosTokenIds: number[];
+}
+
+export interface NativeInfo {
+  dir: string;
+  backend: string;
+  layout: "hf" | "mlx";
+  weightBytes: number;
+  quantized: boolean;
+}
+
+export interface NativeModel {
+  config(): NativeConfig;
+  info(): NativeInfo;
+  session(): NativeSession;
+}
+
+export interface NativeAddon {
+  loadModel(
+    dir: string,
+    options: { backend?: string; threads?: number },
+    onProgress?: (done: number, total: number) => void,
+  ): Promise<NativeModel>;
+  backends(): string[];
+}
+
+// The package root: sdk/ (sources) and dist/ (compiled) both sit one level below it.
+export const packageRoot = path.resolve(__dirname, "..");
+
+let addon: NativeAddon | undefined;
+
+export function native(): NativeAddon {
+  if (addon) return addon;
+  const file = path.join(packageRoot, "build", "native", "Release", "moelens.node");
+  if (!fs.existsSync(file)) {
+    throw new Error(`moelens native core not built: ${file} is missing (run \`npm install\` or \`npm run build:native\`)`);
+  }
+  addon = require(file) as NativeAddon;
+  return addon;
+}
