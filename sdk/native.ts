@@ -75,8 +75,17 @@ export interface NativeAddon {
   backends(): string[];
 }
 
-// The package root: sdk/ (sources) and dist/ (compiled) both sit one level below it.
-export const packageRoot = path.resolve(__dirname, "..");
+// The package root: the nearest folder above this file whose package.json is moelens's
+// (sdk/ when run from sources, dist/sdk/ when compiled).
+function findPackageRoot(start: string): string {
+  for (let dir = start; ; dir = path.dirname(dir)) {
+    const manifest = path.join(dir, "package.json");
+    if (fs.existsSync(manifest) && JSON.parse(fs.readFileSync(manifest, "utf8")).name === "moelens") return dir;
+    if (path.dirname(dir) === dir) throw new Error(`moelens: cannot find the package root above ${start}`);
+  }
+}
+
+export const packageRoot = findPackageRoot(__dirname);
 
 let addon: NativeAddon | undefined;
 
