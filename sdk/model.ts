@@ -36,6 +36,11 @@ export class Model {
   session(): Session {
     return new Session(this.native.session(), this.config);
   }
+
+  /** Releases the weights now rather than at garbage collection; open sessions keep them until they go. */
+  dispose(): void {
+    this.native.dispose();
+  }
 }
 
 /** Loads a checkpoint directory (HF or mlx-community layout); default: the embedded model. */

@@ -64,6 +64,7 @@ export interface NativeModel {
   config(): NativeConfig;
   info(): NativeInfo;
   session(): NativeSession;
+  dispose(): void;
 }
 
 export interface NativeAddon {

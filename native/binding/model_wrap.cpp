@@ -5,7 +5,7 @@ namespace moelens::binding {
 Napi::Function ModelWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeModel",
                      {InstanceMethod<&ModelWrap::Config>("config"), InstanceMethod<&ModelWrap::NewSession>("session"),
-                      InstanceMethod<&ModelWrap::Info>("info")});
+                      InstanceMethod<&ModelWrap::Info>("info"), InstanceMethod<&ModelWrap::Dispose>("dispose")});
 }
 
 Napi::Object ModelWrap::Wrap(Napi::Env env, std::shared_ptr<Model> model) {
@@ -16,9 +16,20 @@ Napi::Object ModelWrap::Wrap(Napi::Env env, std::shared_ptr<Model> model) {
 
 ModelWrap::ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {}
 
+const Model& ModelWrap::checked(Napi::Env env) const {
+  if (!model_) throw Napi::Error::New(env, "model was disposed");
+  return *model_;
+}
+
+// Drops this handle's reference: the weights are unmapped once no session uses them either.
+Napi::Value ModelWrap::Dispose(const Napi::CallbackInfo& info) {
+  model_.reset();
+  return info.Env().Undefined();
+}
+
 Napi::Value ModelWrap::Config(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  const ModelConfig& c = model_->config();
+  const ModelConfig& c = checked(env).config();
   Napi::Object o = Napi::Object::New(env);
   auto num = [&](const char* k, double v) { o.Set(k, Napi::Number::New(env, v)); };
   o.Set("modelType", c.model_type);
@@ -53,6 +64,7 @@ Napi::Value ModelWrap::Config(const Napi::CallbackInfo& info) {
 
 Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  checked(env);
   Napi::Object o = Napi::Object::New(env);
   const ModelWeights& w = model_->weights();
   o.Set("dir", model_->dir());
@@ -65,6 +77,7 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
 }
 
 Napi::Value ModelWrap::NewSession(const Napi::CallbackInfo& info) {
+  checked(info.Env());
   return SessionWrap::Wrap(info.Env(), model_, std::make_unique<Session>(*model_));
 }
 

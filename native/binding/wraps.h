@@ -24,6 +24,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Config(const Napi::CallbackInfo& info);
   Napi::Value NewSession(const Napi::CallbackInfo& info);
   Napi::Value Info(const Napi::CallbackInfo& info);
+  Napi::Value Dispose(const Napi::CallbackInfo& info);
+  const Model& checked(Napi::Env env) const;
   std::shared_ptr<Model> model_;
 };
 

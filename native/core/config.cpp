@@ -183,6 +183,7 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& path)
   if (c.linear_value_heads % c.linear_key_heads)
     fail(f.where("linear_num_key_heads"), " must divide linear_num_value_heads");
   if (c.experts_per_token > c.num_experts) fail(f.where("num_experts_per_tok"), " exceeds num_experts");
+  if (c.conv_kernel < 2 || c.conv_kernel > 16) fail(f.where("linear_conv_kernel_dim"), " must be between 2 and 16");
 
   // End-of-sequence ids: text_config, then the top level.
   for (const Json* src : {f.get("eos_token_id"), root.find("eos_token_id")}) {

@@ -237,7 +237,7 @@ class Resolver {
       m.up = per_expert(p, "up_proj", I, H);
       m.down = per_expert(p, "down_proj", H, I);
     } else {
-      fail(ck_.dir(), ": no routed experts found under '", p,
+      fail(ck_.dir(), ": no routed expert tensors found under '", p,
            "' (looked for experts.gate_up_proj, switch_mlp.gate_proj.weight and experts.0.gate_proj.weight)");
     }
     m.shared_gate = linear(p + "shared_expert.gate_proj", S, H);
