@@ -1,3 +1,4 @@
+#include "core/lens.h"
 #include "wraps.h"
 
 namespace moelens::binding {
@@ -5,7 +6,8 @@ namespace moelens::binding {
 Napi::Function ModelWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeModel",
                      {InstanceMethod<&ModelWrap::Config>("config"), InstanceMethod<&ModelWrap::NewSession>("session"),
-                      InstanceMethod<&ModelWrap::Info>("info"), InstanceMethod<&ModelWrap::Dispose>("dispose")});
+                      InstanceMethod<&ModelWrap::Info>("info"), InstanceMethod<&ModelWrap::Dispose>("dispose"),
+                      InstanceMethod<&ModelWrap::Unembed>("unembed")});
 }
 
 Napi::Object ModelWrap::Wrap(Napi::Env env, std::shared_ptr<Model> model) {
@@ -74,6 +76,57 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
   o.Set("quantized", w.lm_head.quantized() || w.layers.empty() ? w.lm_head.quantized()
                                                               : w.layers[0].moe.gate.quantized());
   return o;
+}
+
+namespace {
+
+class UnembedWorker : public Napi::AsyncWorker {
+ public:
+  UnembedWorker(Napi::Env env, std::shared_ptr<Model> model, std::vector<float> rows, int n, bool norm)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), model_(std::move(model)),
+        rows_(std::move(rows)), n_(n), norm_(norm) {}
+  Napi::Promise promise() { return deferred_.Promise(); }
+  void Execute() override {
+    try {
+      logits_ = unembed(*model_, rows_.data(), n_, norm_);
+    } catch (const std::exception& e) {
+      SetError(e.what());
+    }
+  }
+  void OnOK() override {
+    auto* heap = new std::vector<float>(std::move(logits_));
+    auto buf = Napi::ArrayBuffer::New(Env(), heap->data(), heap->size() * 4,
+                                      [](Napi::Env, void*, std::vector<float>* p) { delete p; }, heap);
+    deferred_.Resolve(Napi::Float32Array::New(Env(), heap->size(), buf, 0));
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<Model> model_;
+  std::vector<float> rows_, logits_;
+  int n_;
+  bool norm_;
+};
+
+}  // namespace
+
+// unembed(rows: Float32Array [n, hidden], applyNorm) -> Promise<Float32Array [n, vocab]>
+Napi::Value ModelWrap::Unembed(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Model& m = checked(env);
+  if (info.Length() < 1 || !info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw Napi::TypeError::New(env, "unembed(rows, applyNorm): rows must be a Float32Array");
+  Napi::Float32Array rows = info[0].As<Napi::Float32Array>();
+  const size_t H = size_t(m.config().hidden_size);
+  if (rows.ElementLength() == 0 || rows.ElementLength() % H)
+    throw Napi::RangeError::New(env, "unembed: rows must hold a whole number of hidden-size (" + std::to_string(H) + ") rows");
+  bool norm = info.Length() < 2 || info[1].ToBoolean();
+  auto* w = new UnembedWorker(env, model_, std::vector<float>(rows.Data(), rows.Data() + rows.ElementLength()),
+                              int(rows.ElementLength() / H), norm);
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
 }
 
 Napi::Value ModelWrap::NewSession(const Napi::CallbackInfo& info) {

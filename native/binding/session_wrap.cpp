@@ -15,6 +15,65 @@ Array to_typed_array(Napi::Env env, std::vector<T>&& v) {
   return Array::New(env, heap->size(), buf, 0);
 }
 
+std::vector<int> int_list(Napi::Env env, const Napi::Object& o, const char* key, const std::string& where) {
+  std::vector<int> out;
+  if (!o.Has(key) || o.Get(key).IsUndefined() || o.Get(key).IsNull()) return out;
+  Napi::Value v = o.Get(key);
+  if (!v.IsArray()) throw Napi::TypeError::New(env, where + "." + key + " must be an array of integers");
+  Napi::Array a = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value e = a.Get(i);
+    double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : 0.5;
+    if (d != double(int64_t(d)) || d < -2147483648.0 || d > 2147483647.0)
+      throw Napi::TypeError::New(env, where + "." + key + "[" + std::to_string(i) + "] must be an integer");
+    out.push_back(int(d));
+  }
+  return out;
+}
+
+Intervention parse_intervention(Napi::Env env, const Napi::Value& v, size_t index) {
+  const std::string where = "interventions[" + std::to_string(index) + "]";
+  if (!v.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
+  Napi::Object o = v.As<Napi::Object>();
+  static const std::pair<const char*, Intervention::Kind> kKinds[] = {
+      {"disable-experts", Intervention::Kind::DisableExperts},
+      {"force-experts", Intervention::Kind::ForceExperts},
+      {"scale-shared-expert", Intervention::Kind::ScaleShared},
+      {"steer", Intervention::Kind::Steer},
+      {"patch-residual", Intervention::Kind::PatchResidual},
+      {"scale-deltanet-state", Intervention::Kind::ScaleDeltaNetState},
+  };
+  std::string kind = o.Has("type") ? o.Get("type").ToString().Utf8Value() : "";
+  Intervention iv;
+  bool known = false;
+  for (const auto& [name, k] : kKinds)
+    if (kind == name) iv.kind = k, known = true;
+  if (!known)
+    throw Napi::TypeError::New(env, where + ".type '" + kind +
+                                        "' is unknown (disable-experts, force-experts, scale-shared-expert, steer, "
+                                        "patch-residual, scale-deltanet-state)");
+  if (o.Has("layer") && !o.Get("layer").IsUndefined()) {
+    Napi::Value l = o.Get("layer");
+    if (!l.IsNumber() || l.As<Napi::Number>().DoubleValue() != double(l.As<Napi::Number>().Int32Value()))
+      throw Napi::TypeError::New(env, where + ".layer must be an integer");
+    iv.layer = l.As<Napi::Number>().Int32Value();
+  }
+  iv.experts = int_list(env, o, "experts", where);
+  iv.positions = int_list(env, o, "positions", where);
+  if (o.Has("scale") && !o.Get("scale").IsUndefined()) {
+    if (!o.Get("scale").IsNumber()) throw Napi::TypeError::New(env, where + ".scale must be a number");
+    iv.scale = o.Get("scale").As<Napi::Number>().FloatValue();
+  }
+  if (o.Has("vector") && !o.Get("vector").IsUndefined()) {
+    Napi::Value vec = o.Get("vector");
+    if (!vec.IsTypedArray() || vec.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+      throw Napi::TypeError::New(env, where + ".vector must be a Float32Array");
+    Napi::Float32Array f = vec.As<Napi::Float32Array>();
+    iv.vector.assign(f.Data(), f.Data() + f.ElementLength());
+  }
+  return iv;
+}
+
 }  // namespace
 
 class ForwardWorker : public Napi::AsyncWorker {
@@ -42,13 +101,23 @@ class ForwardWorker : public Napi::AsyncWorker {
     o.Set("n", Napi::Number::New(env, result_.n));
     o.Set("logitsRows", Napi::Number::New(env, result_.logits_rows));
     o.Set("logits", to_typed_array<float, Napi::Float32Array>(env, std::move(result_.logits)));
-    if (options_.capture.router) {
-      o.Set("routerLogits", to_typed_array<float, Napi::Float32Array>(env, std::move(result_.router_logits)));
-      o.Set("routerIds", to_typed_array<int32_t, Napi::Int32Array>(env, std::move(result_.router_ids)));
-      o.Set("routerWeights", to_typed_array<float, Napi::Float32Array>(env, std::move(result_.router_weights)));
-    }
-    if (options_.capture.residual)
-      o.Set("residual", to_typed_array<float, Napi::Float32Array>(env, std::move(result_.residual)));
+    o.Set("position", Napi::Number::New(env, result_.position));
+    auto f32 = [&](const char* key, std::vector<float>& v, bool on) {
+      if (on) o.Set(key, to_typed_array<float, Napi::Float32Array>(env, std::move(v)));
+    };
+    const CaptureSpec& cap = options_.capture;
+    f32("routerLogits", result_.router_logits, cap.router);
+    f32("routerProbs", result_.router_probs, cap.router);
+    if (cap.router) o.Set("routerIds", to_typed_array<int32_t, Napi::Int32Array>(env, std::move(result_.router_ids)));
+    f32("routerWeights", result_.router_weights, cap.router);
+    f32("sharedGate", result_.shared_gate, cap.router);
+    f32("residual", result_.residual, cap.residual);
+    f32("residualMid", result_.residual_mid, cap.residual_mid);
+    f32("deltanetBeta", result_.deltanet_beta, cap.deltanet);
+    f32("deltanetDecay", result_.deltanet_decay, cap.deltanet);
+    f32("deltanetStateNorm", result_.deltanet_state_norm, cap.deltanet);
+    f32("attentionGate", result_.attention_gate, cap.attention_gate);
+    f32("attention", result_.attention, !cap.attention_layers.empty());
     deferred_.Resolve(o);
   }
 
@@ -70,6 +139,7 @@ Napi::Function SessionWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeSession",
                      {InstanceMethod<&SessionWrap::Forward>("forward"), InstanceMethod<&SessionWrap::Reset>("reset"),
                       InstanceMethod<&SessionWrap::Fork>("fork"), InstanceMethod<&SessionWrap::Cancel>("cancel"),
+                      InstanceMethod<&SessionWrap::DeltaNetState>("deltanetState"),
                       InstanceAccessor<&SessionWrap::Position>("position")});
 }
 
@@ -105,8 +175,19 @@ Napi::Value SessionWrap::Forward(const Napi::CallbackInfo& info) {
       else if (mode == "none") opt.logits = LogitsMode::None;
       else throw Napi::TypeError::New(env, "options.logits must be 'all', 'last' or 'none'");
     }
-    opt.capture.router = o.Has("router") && o.Get("router").ToBoolean();
-    opt.capture.residual = o.Has("residual") && o.Get("residual").ToBoolean();
+    auto flag = [&](const char* key) { return o.Has(key) && o.Get(key).ToBoolean().Value(); };
+    opt.capture.router = flag("router");
+    opt.capture.residual = flag("residual");
+    opt.capture.residual_mid = flag("residualMid");
+    opt.capture.deltanet = flag("deltanet");
+    opt.capture.attention_gate = flag("attentionGate");
+    opt.capture.attention_layers = int_list(env, o, "attentionLayers", "capture");
+    opt.capture.attention_heads = int_list(env, o, "attentionHeads", "capture");
+    if (o.Has("interventions") && !o.Get("interventions").IsUndefined()) {
+      if (!o.Get("interventions").IsArray()) throw Napi::TypeError::New(env, "interventions must be an array");
+      Napi::Array a = o.Get("interventions").As<Napi::Array>();
+      for (uint32_t i = 0; i < a.Length(); ++i) opt.interventions.push_back(parse_intervention(env, a.Get(i), i));
+    }
   }
   cancel_ = false;
   opt.cancel = &cancel_;
@@ -126,6 +207,22 @@ Napi::Value SessionWrap::Reset(const Napi::CallbackInfo& info) {
 Napi::Value SessionWrap::Fork(const Napi::CallbackInfo& info) {
   check_idle(info.Env());
   return Wrap(info.Env(), model_, session_->fork());
+}
+
+Napi::Value SessionWrap::DeltaNetState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  check_idle(env);
+  if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "deltanetState(layer): layer must be a number");
+  std::vector<float> recurrent, conv;
+  try {
+    session_->deltanet_state(info[0].As<Napi::Number>().Int32Value(), &recurrent, &conv);
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("recurrent", to_typed_array<float, Napi::Float32Array>(env, std::move(recurrent)));
+  o.Set("conv", to_typed_array<float, Napi::Float32Array>(env, std::move(conv)));
+  return o;
 }
 
 Napi::Value SessionWrap::Cancel(const Napi::CallbackInfo& info) {

@@ -25,6 +25,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value NewSession(const Napi::CallbackInfo& info);
   Napi::Value Info(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
+  Napi::Value Unembed(const Napi::CallbackInfo& info);
   const Model& checked(Napi::Env env) const;
   std::shared_ptr<Model> model_;
 };
@@ -40,6 +41,7 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
   Napi::Value Reset(const Napi::CallbackInfo& info);
   Napi::Value Fork(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);
+  Napi::Value DeltaNetState(const Napi::CallbackInfo& info);
   Napi::Value Position(const Napi::CallbackInfo& info);
   void check_idle(Napi::Env env) const;
 

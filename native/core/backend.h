@@ -117,7 +117,9 @@ class Backend {
 
   // Mixture of experts.
   // Router: probabilities = softmax(logits + bias) over all experts; top-k; renormalised when asked.
-  // bias (optional) is [n, experts] and holds 0 or -inf (disabled experts) or +inf (forced experts).
+  // bias (optional, [n, experts]) is how interventions reach the router: -inf disables an expert (its
+  // probability is 0, so the rest renormalise), +inf forces it into the top-k (its probability is
+  // computed without the bias), a finite value is added to the logit. probs receives the probabilities.
   virtual void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
                      View probs) = 0;
   // out[t] = Σ_slots weight · down_e(silu(gate_e(x)) * up_e(x)) for the chosen experts

@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "error.h"
@@ -11,9 +12,10 @@ namespace moelens {
 struct Session::Scratch {
   int rows = 0;
   std::unique_ptr<Buffer> ids, h, x, mix, qkv, qkv_conv, z, b, a, core, qg, q, gate, k, v, attn, router_logits,
-      route_ids, route_weights, routed, shared_g, shared_u, shared_out, shared_gate, logits;
-  // trace buffers [layers, rows, ...]
-  std::unique_ptr<Buffer> t_router_logits, t_router_ids, t_router_weights, t_residual;
+      router_bias, route_ids, route_weights, routed, shared_g, shared_u, shared_out, shared_gate, logits;
+  // trace buffers [layers, rows, ...], grown on demand
+  std::unique_ptr<Buffer> t_router_logits, t_router_probs, t_router_ids, t_router_weights, t_shared_gate, t_residual,
+      t_residual_mid, t_dn_beta, t_dn_decay, t_dn_norm, t_attn_gate, attn_probs;
 };
 
 Session::Session(const Model& model) : model_(model), be_(model.backend()) {
@@ -28,6 +30,17 @@ Session::Session(const Model& model) : model_(model), be_(model.backend()) {
 }
 
 Session::~Session() = default;
+
+void Session::deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const {
+  const ModelConfig& c = model_.config();
+  if (layer < 0 || layer >= c.num_layers || c.layer_kinds[size_t(layer)] != LayerKind::DeltaNet)
+    fail("layer ", layer, " is not a DeltaNet layer");
+  const LayerState& L = layers_[size_t(layer)];
+  recurrent->resize(L.recurrent->count());
+  conv->resize(L.conv->count());
+  be_.read(L.recurrent, recurrent->data(), recurrent->size());
+  be_.read(L.conv, conv->data(), conv->size());
+}
 
 void Session::reset() {
   for (auto& L : layers_) {
@@ -103,6 +116,7 @@ Session::Scratch& Session::scratch(int m) {
   s->v = f(size_t(c.num_kv_heads) * c.head_dim);
   s->attn = f(attn_width);
   s->router_logits = f(size_t(c.num_experts));
+  s->router_bias = f(size_t(c.num_experts));
   s->route_ids = be_.alloc(ElemType::I32, size_t(m) * c.experts_per_token);
   s->route_weights = f(size_t(c.experts_per_token));
   s->routed = f(H);
@@ -114,6 +128,101 @@ Session::Scratch& Session::scratch(int m) {
   return *scratch_;
 }
 
+namespace {
+
+bool covers(const std::vector<int>& positions, int pos) {
+  return positions.empty() || std::find(positions.begin(), positions.end(), pos) != positions.end();
+}
+
+bool applies(const Intervention& iv, int layer) { return iv.layer == -1 || iv.layer == layer; }
+
+const char* kind_name(Intervention::Kind k) {
+  switch (k) {
+    case Intervention::Kind::DisableExperts: return "disable-experts";
+    case Intervention::Kind::ForceExperts: return "force-experts";
+    case Intervention::Kind::ScaleShared: return "scale-shared-expert";
+    case Intervention::Kind::Steer: return "steer";
+    case Intervention::Kind::PatchResidual: return "patch-residual";
+    case Intervention::Kind::ScaleDeltaNetState: return "scale-deltanet-state";
+  }
+  return "?";
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+void Session::validate(const ForwardOptions& o, int n) const {
+  const ModelConfig& c = model_.config();
+  const int E = c.num_experts, K = c.experts_per_token, H = c.hidden_size;
+  for (size_t i = 0; i < o.interventions.size(); ++i) {
+    const Intervention& iv = o.interventions[i];
+    auto bad = [&](auto... why) { fail("intervention ", i, " (", kind_name(iv.kind), "): ", why...); };
+    bool any_layer = iv.kind == Intervention::Kind::ScaleShared || iv.kind == Intervention::Kind::ScaleDeltaNetState;
+    if (iv.layer < (any_layer ? -1 : 0) || iv.layer >= c.num_layers)
+      bad("layer ", iv.layer, " is outside [0, ", c.num_layers, ")");
+    if (!std::isfinite(iv.scale)) bad("scale must be finite");
+    for (int p : iv.positions)
+      if (p < 0) bad("position ", p, " is negative");
+    switch (iv.kind) {
+      case Intervention::Kind::DisableExperts:
+      case Intervention::Kind::ForceExperts: {
+        if (iv.experts.empty()) bad("no experts given");
+        std::vector<int> seen;
+        for (int e : iv.experts) {
+          if (e < 0 || e >= E) bad("expert ", e, " is outside [0, ", E, ")");
+          if (std::find(seen.begin(), seen.end(), e) != seen.end()) bad("expert ", e, " is listed twice");
+          seen.push_back(e);
+        }
+        if (iv.kind == Intervention::Kind::DisableExperts && E - int(seen.size()) < K)
+          bad("disabling ", seen.size(), " of ", E, " experts leaves fewer than top-k (", K, ")");
+        if (iv.kind == Intervention::Kind::ForceExperts && int(seen.size()) > K)
+          bad("forcing ", seen.size(), " experts exceeds top-k (", K, ")");
+        break;
+      }
+      case Intervention::Kind::Steer:
+        if (int(iv.vector.size()) != H) bad("vector has ", iv.vector.size(), " values; hidden size is ", H);
+        break;
+      case Intervention::Kind::PatchResidual:
+        if (iv.positions.empty()) bad("needs at least one position");
+        if (iv.vector.size() != iv.positions.size() * size_t(H))
+          bad("values hold ", iv.vector.size(), " numbers; ", iv.positions.size(), " positions x hidden ", H, " needed");
+        break;
+      case Intervention::Kind::ScaleDeltaNetState:
+        if (iv.layer >= 0 && c.layer_kinds[size_t(iv.layer)] != LayerKind::DeltaNet)
+          bad("layer ", iv.layer, " is not a DeltaNet layer");
+        break;
+      case Intervention::Kind::ScaleShared: break;
+    }
+  }
+  for (int l : o.capture.attention_layers)
+    if (l < 0 || l >= c.num_layers || c.layer_kinds[size_t(l)] != LayerKind::Attention)
+      fail("capture: layer ", l, " is not an attention layer");
+  for (int h : o.capture.attention_heads)
+    if (h < 0 || h >= c.num_heads) fail("capture: attention head ", h, " is outside [0, ", c.num_heads, ")");
+  if (!o.capture.attention_layers.empty()) {
+    size_t heads = o.capture.attention_heads.empty() ? size_t(c.num_heads) : o.capture.attention_heads.size();
+    double bytes = double(o.capture.attention_layers.size()) * heads * n * (double(pos_) + n) * 4;
+    if (bytes > double(kMaxAttentionCaptureBytes))
+      fail("capture: attention weights of ", o.capture.attention_layers.size(), " layers x ", heads, " heads x ", n,
+           " queries x ", pos_ + n, " keys need ", int64_t(bytes / (1 << 20)), " MiB, over the ",
+           kMaxAttentionCaptureBytes >> 20, " MiB limit: choose fewer layers or heads, or a shorter span");
+  }
+}
+
+void Session::apply_state_interventions(const ForwardOptions& o) {
+  const ModelConfig& c = model_.config();
+  for (const Intervention& iv : o.interventions) {
+    if (iv.kind != Intervention::Kind::ScaleDeltaNetState) continue;
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (!applies(iv, l) || c.layer_kinds[size_t(l)] != LayerKind::DeltaNet) continue;
+      LayerState& L = layers_[size_t(l)];
+      be_.scale(L.recurrent, iv.scale, L.recurrent->count());
+      if (iv.scale == 0.f) be_.fill(L.conv, 0.f, L.conv->count());
+    }
+  }
+}
+
 ForwardResult Session::forward(const int32_t* ids, int n, const ForwardOptions& options) {
   const ModelConfig& c = model_.config();
   if (n <= 0) fail("forward: no tokens given");
@@ -122,39 +231,81 @@ ForwardResult Session::forward(const int32_t* ids, int n, const ForwardOptions& 
       fail("token id ", ids[i], " at index ", i, " is outside the vocabulary [0, ", c.vocab_size, ")");
   if (int64_t(pos_) + n > c.max_position_embeddings)
     fail("context overflow: ", pos_, " + ", n, " tokens exceeds max_position_embeddings (", c.max_position_embeddings, ")");
+  validate(options, n);
+
   ForwardResult r;
   r.n = n;
-  const size_t L = size_t(c.num_layers);
-  if (options.capture.router) {
-    r.router_logits.resize(L * n * c.num_experts);
-    r.router_ids.resize(L * n * c.experts_per_token);
-    r.router_weights.resize(L * n * c.experts_per_token);
+  r.position = pos_;
+  const size_t L = size_t(c.num_layers), E = size_t(c.num_experts), K = size_t(c.experts_per_token);
+  const size_t H = size_t(c.hidden_size), Hv = size_t(c.linear_value_heads);
+  const CaptureSpec& cap = options.capture;
+  if (cap.router) {
+    r.router_logits.resize(L * n * E);
+    r.router_probs.resize(L * n * E);
+    r.router_ids.resize(L * n * K);
+    r.router_weights.resize(L * n * K);
+    r.shared_gate.resize(L * n);
   }
-  if (options.capture.residual) r.residual.resize(L * n * c.hidden_size);
+  if (cap.residual) r.residual.resize(L * n * H);
+  if (cap.residual_mid) r.residual_mid.resize(L * n * H);
+  if (cap.deltanet) {
+    size_t dn = size_t(c.num_deltanet_layers());
+    r.deltanet_beta.resize(dn * n * Hv);
+    r.deltanet_decay.resize(dn * n * Hv);
+    r.deltanet_state_norm.resize(dn * n * Hv);
+  }
+  if (cap.attention_gate) r.attention_gate.resize(size_t(c.num_attention_layers()) * n * c.num_heads * c.head_dim);
+  if (!cap.attention_layers.empty()) {
+    size_t heads = cap.attention_heads.empty() ? size_t(c.num_heads) : cap.attention_heads.size();
+    r.attention.resize(cap.attention_layers.size() * heads * n * (size_t(pos_) + n));
+  }
   r.logits_rows = options.logits == LogitsMode::All ? n : options.logits == LogitsMode::Last ? 1 : 0;
   r.logits.resize(size_t(r.logits_rows) * c.vocab_size);
-  for (int off = 0; off < n; off += kChunk) forward_chunk(ids + off, std::min(kChunk, n - off), off, n, options, r);
+
+  apply_state_interventions(options);
+  for (int off = 0; off < n; off += kChunk) {
+    if (options.cancel && options.cancel->load())
+      fail("cancelled after ", off, " of ", n, " tokens; the session holds the tokens before that point");
+    forward_chunk(ids + off, std::min(kChunk, n - off), off, options, r);
+  }
   return r;
 }
 
-void Session::forward_chunk(const int32_t* ids, int m, int offset, int total, const ForwardOptions& opt,
-                            ForwardResult& r) {
+void Session::forward_chunk(const int32_t* ids, int m, int offset, const ForwardOptions& opt, ForwardResult& r) {
   const ModelConfig& c = model_.config();
   Scratch& s = scratch(m);
   const int H = c.hidden_size, E = c.num_experts, K = c.experts_per_token, NL = c.num_layers;
+  const int Hv = c.linear_value_heads, attn_width = c.num_heads * c.head_dim;
+  const int NDN = c.num_deltanet_layers(), NA = c.num_attention_layers();
+  const int total = r.n;
   const bool last_chunk = offset + m == total;
+  const CaptureSpec& cap = opt.capture;
   ensure_kv_capacity(pos_ + m);
 
   // Trace buffers for this chunk: [layers, m, width].
-  auto trace_buf = [&](std::unique_ptr<Buffer>& b, ElemType t, size_t width) {
-    if (!b || b->count() < size_t(NL) * m * width) b = be_.alloc(t, size_t(NL) * m * width);
+  auto trace_buf = [&](std::unique_ptr<Buffer>& b, ElemType t, size_t layers, size_t width) {
+    if (!b || b->count() < layers * m * width) b = be_.alloc(t, layers * m * width);
   };
-  if (opt.capture.router) {
-    trace_buf(s.t_router_logits, ElemType::F32, size_t(E));
-    trace_buf(s.t_router_ids, ElemType::I32, size_t(K));
-    trace_buf(s.t_router_weights, ElemType::F32, size_t(K));
+  if (cap.router) {
+    trace_buf(s.t_router_logits, ElemType::F32, NL, size_t(E));
+    trace_buf(s.t_router_probs, ElemType::F32, NL, size_t(E));
+    trace_buf(s.t_router_ids, ElemType::I32, NL, size_t(K));
+    trace_buf(s.t_router_weights, ElemType::F32, NL, size_t(K));
+    trace_buf(s.t_shared_gate, ElemType::F32, NL, 1);
   }
-  if (opt.capture.residual) trace_buf(s.t_residual, ElemType::F32, size_t(H));
+  if (cap.residual) trace_buf(s.t_residual, ElemType::F32, NL, size_t(H));
+  if (cap.residual_mid) trace_buf(s.t_residual_mid, ElemType::F32, NL, size_t(H));
+  if (cap.deltanet) {
+    trace_buf(s.t_dn_beta, ElemType::F32, NDN, size_t(Hv));
+    trace_buf(s.t_dn_decay, ElemType::F32, NDN, size_t(Hv));
+    trace_buf(s.t_dn_norm, ElemType::F32, NDN, size_t(Hv));
+  }
+  if (cap.attention_gate) trace_buf(s.t_attn_gate, ElemType::F32, NA, size_t(attn_width));
+
+  // Steering vectors, uploaded once per chunk.
+  std::vector<std::unique_ptr<Buffer>> steer(opt.interventions.size());
+  for (size_t i = 0; i < opt.interventions.size(); ++i)
+    if (opt.interventions[i].kind == Intervention::Kind::Steer) steer[i] = be_.upload(opt.interventions[i].vector);
 
   be_.write(s.ids, ids, size_t(m));
   be_.embed(model_.embed(), s.ids, m, s.h);
@@ -163,21 +314,28 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, int total, co
   const AttentionShape as{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, c.attn_output_gate,
                           float(c.rope_theta), c.rms_norm_eps};
   const size_t kv_width = size_t(c.num_kv_heads) * c.head_dim;
+  std::vector<float> bias;
 
+  int dn_index = 0, attn_index = 0;
   for (int l = 0; l < NL; ++l) {
-    if (opt.cancel && opt.cancel->load()) fail("cancelled");
     const LayerResources& W = model_.layer(l);
     LayerState& st = layers_[size_t(l)];
     be_.rms_norm(s.h, W.input_norm, m, H, c.rms_norm_eps, s.x);
     if (c.layer_kinds[size_t(l)] == LayerKind::DeltaNet) {
+      DeltaNetTrace trace;
+      if (cap.deltanet) {
+        const size_t at = size_t(dn_index) * m * Hv;
+        trace = {View(s.t_dn_beta, at), View(s.t_dn_decay, at), View(s.t_dn_norm, at)};
+      }
       be_.matmul(*W.in_qkv, s.x, m, s.qkv);
       be_.matmul(*W.in_z, s.x, m, s.z);
       be_.matmul(*W.in_b, s.x, m, s.b);
       be_.matmul(*W.in_a, s.x, m, s.a);
       be_.conv_silu(s.qkv, st.conv, W.conv, m, c.conv_dim(), c.conv_kernel, s.qkv_conv);
-      be_.deltanet(s.qkv_conv, s.b, s.a, W.A_log, W.dt_bias, st.recurrent, m, dn, s.core, {});
-      be_.gated_rms_norm(s.core, s.z, W.norm, m * c.linear_value_heads, c.linear_value_dim, c.rms_norm_eps, s.core);
+      be_.deltanet(s.qkv_conv, s.b, s.a, W.A_log, W.dt_bias, st.recurrent, m, dn, s.core, trace);
+      be_.gated_rms_norm(s.core, s.z, W.norm, m * Hv, c.linear_value_dim, c.rms_norm_eps, s.core);
       be_.matmul(*W.out, s.core, m, s.mix);
+      ++dn_index;
     } else {
       be_.matmul(*W.q, s.x, m, s.qg);
       be_.matmul(*W.k, s.x, m, s.k);
@@ -185,31 +343,92 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, int total, co
       be_.attention_prep(s.qg, s.k, W.q_norm, W.k_norm, m, pos_, as, s.q, s.gate);
       be_.copy(View(st.k_cache, size_t(pos_) * kv_width), s.k, size_t(m) * kv_width);
       be_.copy(View(st.v_cache, size_t(pos_) * kv_width), s.v, size_t(m) * kv_width);
-      be_.attention(s.q, st.k_cache, st.v_cache, m, pos_, as, s.attn, {});
-      if (c.attn_output_gate) be_.sigmoid_mul(s.attn, s.gate, size_t(m) * c.num_heads * c.head_dim);
+      auto chosen = std::find(cap.attention_layers.begin(), cap.attention_layers.end(), l);
+      View probs;
+      if (chosen != cap.attention_layers.end()) {
+        const size_t need = size_t(c.num_heads) * m * (size_t(pos_) + m);
+        if (!s.attn_probs || s.attn_probs->count() < need) s.attn_probs = be_.alloc(ElemType::F32, need);
+        probs = View(s.attn_probs);
+      }
+      be_.attention(s.q, st.k_cache, st.v_cache, m, pos_, as, s.attn, probs);
+      if (probs) {
+        // Opt-in and sized by the caller: read back here, into [layer, head, token, key].
+        const size_t width = size_t(pos_) + m, ctx = size_t(r.position) + total;
+        std::vector<float> host(size_t(c.num_heads) * m * width);
+        be_.read(probs, host.data(), host.size());
+        const size_t li = size_t(chosen - cap.attention_layers.begin());
+        const size_t nh = cap.attention_heads.empty() ? size_t(c.num_heads) : cap.attention_heads.size();
+        for (size_t hi = 0; hi < nh; ++hi) {
+          const size_t h = cap.attention_heads.empty() ? hi : size_t(cap.attention_heads[hi]);
+          for (int j = 0; j < m; ++j)
+            std::copy_n(&host[(h * m + j) * width], width, &r.attention[((li * nh + hi) * total + offset + j) * ctx]);
+        }
+      }
+      if (cap.attention_gate)
+        be_.copy(View(s.t_attn_gate, size_t(attn_index) * m * attn_width), s.gate, size_t(m) * attn_width);
+      if (c.attn_output_gate) be_.sigmoid_mul(s.attn, s.gate, size_t(m) * attn_width);
       be_.matmul(*W.o, s.attn, m, s.mix);
+      ++attn_index;
     }
     be_.add(s.h, s.mix, size_t(m) * H);
+    if (cap.residual_mid) be_.copy(View(s.t_residual_mid, size_t(l) * m * H), s.h, size_t(m) * H);
+
+    // Router interventions become a bias on the router logits: -inf disables, +inf forces.
+    View router_bias;
+    bias.assign(size_t(m) * E, 0.f);
+    bool biased = false;
+    float shared_scale = 1.0f;
+    for (const Intervention& iv : opt.interventions) {
+      if (iv.kind == Intervention::Kind::ScaleShared && applies(iv, l)) shared_scale *= iv.scale;
+      bool disable = iv.kind == Intervention::Kind::DisableExperts, force = iv.kind == Intervention::Kind::ForceExperts;
+      if (!(disable || force) || iv.layer != l) continue;
+      for (int j = 0; j < m; ++j) {
+        if (!covers(iv.positions, pos_ + j)) continue;
+        for (int e : iv.experts) bias[size_t(j) * E + e] = disable ? -INFINITY : INFINITY;
+        biased = true;
+      }
+    }
+    if (biased) {
+      be_.write(s.router_bias, bias.data(), bias.size());
+      router_bias = View(s.router_bias);
+    }
 
     // Mixture of experts with the gated shared expert.
     be_.rms_norm(s.h, W.post_norm, m, H, c.rms_norm_eps, s.x);
     be_.matmul(*W.router, s.x, m, s.router_logits);
-    be_.route(s.router_logits, {}, m, E, K, c.norm_topk_prob, s.route_ids, s.route_weights, {});
+    View probs_out = cap.router ? View(s.t_router_probs, size_t(l) * m * E) : View();
+    be_.route(s.router_logits, router_bias, m, E, K, c.norm_topk_prob, s.route_ids, s.route_weights, probs_out);
     be_.moe_experts(*W.gate, *W.up, *W.down, s.x, s.route_ids, s.route_weights, m, K, s.routed);
     be_.matmul(*W.shared_gate, s.x, m, s.shared_g);
     be_.matmul(*W.shared_up, s.x, m, s.shared_u);
     be_.swiglu(s.shared_g, s.shared_u, size_t(m) * c.shared_intermediate, s.shared_g);
     be_.matmul(*W.shared_down, s.shared_g, m, s.shared_out);
     be_.matmul(*W.shared_expert_gate, s.x, m, s.shared_gate);
-    be_.add_gated(s.routed, s.shared_out, s.shared_gate, m, H, 1.0f);
+    if (shared_scale != 0.f) be_.add_gated(s.routed, s.shared_out, s.shared_gate, m, H, shared_scale);
     be_.add(s.h, s.routed, size_t(m) * H);
 
-    if (opt.capture.router) {
+    // Residual-stream edits after this layer.
+    for (size_t i = 0; i < opt.interventions.size(); ++i) {
+      const Intervention& iv = opt.interventions[i];
+      if (iv.layer != l) continue;
+      if (iv.kind == Intervention::Kind::Steer) {
+        for (int j = 0; j < m; ++j)
+          if (covers(iv.positions, pos_ + j)) be_.add(View(s.h, size_t(j) * H), steer[i], size_t(H), iv.scale);
+      } else if (iv.kind == Intervention::Kind::PatchResidual) {
+        for (size_t k = 0; k < iv.positions.size(); ++k) {
+          int j = iv.positions[k] - pos_;
+          if (j >= 0 && j < m) be_.write(View(s.h, size_t(j) * H), &iv.vector[k * size_t(H)], size_t(H));
+        }
+      }
+    }
+
+    if (cap.router) {
       be_.copy(View(s.t_router_logits, size_t(l) * m * E), s.router_logits, size_t(m) * E);
       be_.copy(View(s.t_router_ids, size_t(l) * m * K), s.route_ids, size_t(m) * K);
       be_.copy(View(s.t_router_weights, size_t(l) * m * K), s.route_weights, size_t(m) * K);
+      be_.copy(View(s.t_shared_gate, size_t(l) * m), s.shared_gate, size_t(m));
     }
-    if (opt.capture.residual) be_.copy(View(s.t_residual, size_t(l) * m * H), s.h, size_t(m) * H);
+    if (cap.residual) be_.copy(View(s.t_residual, size_t(l) * m * H), s.h, size_t(m) * H);
   }
 
   // Logits: every row, or the last row of the last chunk.
@@ -226,17 +445,38 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, int total, co
   if (rows) be_.read(s.logits, r.logits.data() + size_t(out_row) * V, size_t(rows) * V);
 
   // Read the traces back into [layers, total, width] at this chunk's offset.
-  auto read_trace = [&](const std::unique_ptr<Buffer>& b, void* dst, size_t width) {
-    for (int l = 0; l < NL; ++l)
-      be_.read(View(b, size_t(l) * m * width),
-               static_cast<char*>(dst) + (size_t(l) * total + offset) * width * 4, size_t(m) * width);
+  auto read_trace = [&](const std::unique_ptr<Buffer>& b, void* dst, int layers, size_t width) {
+    for (int l = 0; l < layers; ++l)
+      be_.read(View(b, size_t(l) * m * width), static_cast<char*>(dst) + (size_t(l) * total + offset) * width * 4,
+               size_t(m) * width);
   };
-  if (opt.capture.router) {
-    read_trace(s.t_router_logits, r.router_logits.data(), size_t(E));
-    read_trace(s.t_router_ids, r.router_ids.data(), size_t(K));
-    read_trace(s.t_router_weights, r.router_weights.data(), size_t(K));
+  if (cap.router) {
+    read_trace(s.t_router_logits, r.router_logits.data(), NL, size_t(E));
+    read_trace(s.t_router_probs, r.router_probs.data(), NL, size_t(E));
+    read_trace(s.t_router_ids, r.router_ids.data(), NL, size_t(K));
+    read_trace(s.t_router_weights, r.router_weights.data(), NL, size_t(K));
+    read_trace(s.t_shared_gate, r.shared_gate.data(), NL, 1);
+    for (int l = 0; l < NL; ++l)
+      for (int j = 0; j < m; ++j) {
+        float& g = r.shared_gate[size_t(l) * total + offset + j];
+        g = sigmoid(g);
+      }
   }
-  if (opt.capture.residual) read_trace(s.t_residual, r.residual.data(), size_t(H));
+  if (cap.residual) read_trace(s.t_residual, r.residual.data(), NL, size_t(H));
+  if (cap.residual_mid) read_trace(s.t_residual_mid, r.residual_mid.data(), NL, size_t(H));
+  if (cap.deltanet) {
+    read_trace(s.t_dn_beta, r.deltanet_beta.data(), NDN, size_t(Hv));
+    read_trace(s.t_dn_decay, r.deltanet_decay.data(), NDN, size_t(Hv));
+    read_trace(s.t_dn_norm, r.deltanet_state_norm.data(), NDN, size_t(Hv));
+  }
+  if (cap.attention_gate) {
+    read_trace(s.t_attn_gate, r.attention_gate.data(), NA, size_t(attn_width));
+    for (int a = 0; a < NA; ++a)
+      for (size_t i = 0; i < size_t(m) * attn_width; ++i) {
+        float& g = r.attention_gate[(size_t(a) * total + offset) * attn_width + i];
+        g = sigmoid(g);
+      }
+  }
   pos_ += m;
 }
 

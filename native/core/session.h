@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "intervention.h"
 #include "model.h"
 
 namespace moelens {
@@ -15,25 +16,44 @@ namespace moelens {
 enum class LogitsMode { None, Last, All };
 
 struct CaptureSpec {
-  bool router = false;    // router logits, top-k ids and weights
-  bool residual = false;  // residual stream after each layer
+  bool router = false;        // router logits, probabilities, top-k ids and weights, shared-expert gate
+  bool residual = false;      // residual stream after each layer
+  bool residual_mid = false;  // residual stream after each layer's attention / DeltaNet sublayer
+  bool deltanet = false;      // beta, decay exp(g) and state norm per DeltaNet layer, head and token
+  bool attention_gate = false;  // sigmoid of the attention output gate per attention layer
+  std::vector<int> attention_layers;  // attention weights of these layers ...
+  std::vector<int> attention_heads;   // ... and these heads (empty: all)
 };
 
 struct ForwardOptions {
   LogitsMode logits = LogitsMode::Last;
   CaptureSpec capture;
-  const std::atomic<bool>* cancel = nullptr;  // checked between layers
+  std::vector<Intervention> interventions;
+  const std::atomic<bool>* cancel = nullptr;  // checked between chunks, so the state stays consistent
 };
 
+// Everything a call returns. Trace arrays are row-major; empty unless captured.
 struct ForwardResult {
-  int n = 0;  // tokens fed
+  int n = 0;         // tokens fed
+  int position = 0;  // position of the first of them
   int logits_rows = 0;
   std::vector<float> logits;          // [logits_rows, vocab]
   std::vector<float> router_logits;   // [layers, n, experts]
+  std::vector<float> router_probs;    // [layers, n, experts]
   std::vector<int32_t> router_ids;    // [layers, n, k]
   std::vector<float> router_weights;  // [layers, n, k]
+  std::vector<float> shared_gate;     // [layers, n]: sigmoid of the shared-expert gate
   std::vector<float> residual;        // [layers, n, hidden]
+  std::vector<float> residual_mid;    // [layers, n, hidden]
+  std::vector<float> deltanet_beta;   // [deltanet layers, n, value heads]
+  std::vector<float> deltanet_decay;  // [deltanet layers, n, value heads]
+  std::vector<float> deltanet_state_norm;  // [deltanet layers, n, value heads]
+  std::vector<float> attention_gate;  // [attention layers, n, heads * head_dim]
+  std::vector<float> attention;       // [chosen layers, chosen heads, n, position + n]
 };
+
+// Captured attention weights are refused past this many bytes.
+constexpr size_t kMaxAttentionCaptureBytes = size_t(512) << 20;
 
 class Session {
  public:
@@ -49,6 +69,10 @@ class Session {
   void reset();
   std::unique_ptr<Session> fork() const;
 
+  // Copies of the current DeltaNet state of layer `layer`: the recurrent state
+  // [value_heads, key_dim, value_dim] and the conv window [kernel - 1, conv_dim].
+  void deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const;
+
   // Tokens processed per kernel sequence; longer inputs run in chunks of this size.
   static constexpr int kChunk = 256;
 
@@ -59,8 +83,9 @@ class Session {
   };
   struct Scratch;
 
-  void forward_chunk(const int32_t* ids, int m, int offset, int total, const ForwardOptions& options,
-                     ForwardResult& result);
+  void forward_chunk(const int32_t* ids, int m, int offset, const ForwardOptions& options, ForwardResult& result);
+  void validate(const ForwardOptions& options, int n) const;
+  void apply_state_interventions(const ForwardOptions& options);
   void ensure_kv_capacity(int tokens);
   Scratch& scratch(int m);
 

@@ -110,29 +110,32 @@ void CpuBackend::add_gated(View acc, View y, View gate_logit, int n, int dim, fl
 
 void CpuBackend::route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
                        View probs) {
+  std::vector<float> p(static_cast<size_t>(experts));
+  std::vector<int> order(static_cast<size_t>(experts));
   for (int t = 0; t < n; ++t) {
     const float* l = f32(logits) + size_t(t) * experts;
     const float* b = bias ? f32(bias) + size_t(t) * experts : nullptr;
-    std::vector<float> p(static_cast<size_t>(experts));
+    auto forced = [&](int e) { return b && b[e] == INFINITY; };
     float mx = -INFINITY;
     for (int e = 0; e < experts; ++e) {
-      p[e] = l[e] + (b ? b[e] : 0.f);
+      p[e] = l[e] + (b && !forced(e) ? b[e] : 0.f);
       mx = std::max(mx, p[e]);
     }
     float sum = 0.f;
-    for (int e = 0; e < experts; ++e) sum += (p[e] = std::exp(p[e] - mx));
-    for (int e = 0; e < experts; ++e) p[e] /= sum;
+    for (int e = 0; e < experts; ++e) sum += (p[e] = p[e] == -INFINITY ? 0.f : std::exp(p[e] - mx));
+    for (int e = 0; e < experts; ++e) p[e] = sum > 0 ? p[e] / sum : 0.f;
     if (probs) std::copy(p.begin(), p.end(), f32(probs) + size_t(t) * experts);
-    // top-k, descending probability, ties to the lower expert id
-    std::vector<int> order(static_cast<size_t>(experts));
+    // top-k: forced experts first, then by descending probability; ties go to the lower expert id
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int c) {
+      if (forced(a) != forced(c)) return forced(a);
+      return p[a] > p[c] || (p[a] == p[c] && a < c);
+    });
     float total = 0.f;
     for (int s = 0; s < k; ++s) total += p[order[s]];
     for (int s = 0; s < k; ++s) {
       i32(ids)[size_t(t) * k + s] = order[s];
-      f32(weights)[size_t(t) * k + s] = renormalize ? p[order[s]] / total : p[order[s]];
+      f32(weights)[size_t(t) * k + s] = renormalize && total > 0 ? p[order[s]] / total : p[order[s]];
     }
   }
 }
