@@ -1,5 +1,23 @@
 // moelens: step through a hybrid MoE / Gated DeltaNet language model and see what it does.
 export { load, Model, embeddedModelDir, type LoadOptions, type BackendName } from "./model";
-export { Session, type ForwardOptions, type ForwardResult, type RouterTrace, type CaptureName } from "./session";
+export { Session, type ForwardOptions, type ForwardResult, type CaptureName } from "./session";
 export { Tensor, type TensorData } from "./tensor";
 export type { ModelConfig } from "./config";
+export { RouterTrace } from "./trace/router";
+export { ExpertLoad } from "./trace/expert-load";
+export { DeltaNetTrace } from "./trace/deltanet";
+export { AttentionTrace, AttentionGateTrace } from "./trace/attention";
+export { residualToArrow } from "./trace/residual";
+export type { TokenSpan } from "./trace/span";
+export {
+  type Intervention,
+  disableExperts,
+  forceExperts,
+  scaleSharedExpert,
+  steer,
+  patchResidual,
+  scaleDeltaNetState,
+  resetDeltaNetState,
+} from "./intervene/interventions";
+export type { LensTop } from "./lens";
+export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC } from "./arrow";

@@ -34,7 +34,7 @@ export class Model {
 
   /** A new, empty session (position 0). */
   session(): Session {
-    return new Session(this.native.session(), this.config);
+    return new Session(this.native.session(), { config: this.config, native: this.native });
   }
 
   /** Releases the weights now rather than at garbage collection; open sessions keep them until they go. */

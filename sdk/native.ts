@@ -3,20 +3,44 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 
+export interface NativeIntervention {
+  type: string;
+  layer?: number;
+  experts?: number[];
+  positions?: number[];
+  vector?: Float32Array;
+  scale?: number;
+}
+
 export interface NativeForwardOptions {
   logits?: "all" | "last" | "none";
   router?: boolean;
   residual?: boolean;
+  residualMid?: boolean;
+  deltanet?: boolean;
+  attentionGate?: boolean;
+  attentionLayers?: number[];
+  attentionHeads?: number[];
+  interventions?: NativeIntervention[];
 }
 
 export interface NativeForwardResult {
   n: number;
+  position: number;
   logitsRows: number;
   logits: Float32Array;
   routerLogits?: Float32Array;
+  routerProbs?: Float32Array;
   routerIds?: Int32Array;
   routerWeights?: Float32Array;
+  sharedGate?: Float32Array;
   residual?: Float32Array;
+  residualMid?: Float32Array;
+  deltanetBeta?: Float32Array;
+  deltanetDecay?: Float32Array;
+  deltanetStateNorm?: Float32Array;
+  attentionGate?: Float32Array;
+  attention?: Float32Array;
 }
 
 export interface NativeSession {
@@ -24,6 +48,7 @@ export interface NativeSession {
   reset(): void;
   fork(): NativeSession;
   cancel(): void;
+  deltanetState(layer: number): { recurrent: Float32Array; conv: Float32Array };
   readonly position: number;
 }
 
@@ -65,6 +90,7 @@ export interface NativeModel {
   info(): NativeInfo;
   session(): NativeSession;
   dispose(): void;
+  unembed(rows: Float32Array, applyNorm: boolean): Promise<Float32Array>;
 }
 
 export interface NativeAddon {

@@ -1,36 +1,54 @@
-// A session over one sequence: prefill, decode token by token, fork to branch, reset.
-import type { NativeForwardResult, NativeSession } from "./native";
-import { Tensor } from "./tensor";
+// A session over one sequence: prefill, decode token by token, capture what the model does, change
+// it with interventions, fork to branch, reset.
 import type { ModelConfig } from "./config";
+import type { Intervention } from "./intervene/interventions";
+import { topK, unembed, type LensTop } from "./lens";
+import type { NativeForwardResult, NativeModel, NativeSession } from "./native";
+import { Tensor } from "./tensor";
+import { AttentionGateTrace, AttentionTrace } from "./trace/attention";
+import { DeltaNetTrace } from "./trace/deltanet";
+import { ExpertLoad } from "./trace/expert-load";
+import { RouterTrace } from "./trace/router";
+import type { TokenSpan } from "./trace/span";
 
-/** What a forward call can record, besides logits. */
-export type CaptureName = "router" | "residual";
-const CAPTURE_NAMES: readonly CaptureName[] = ["router", "residual"];
+/** What a forward call can record besides logits. Capture is opt-in: what is not asked for costs nothing. */
+export type CaptureName = "router" | "residual" | "residual-mid" | "deltanet" | "attention-gate";
+const CAPTURE_NAMES: readonly CaptureName[] = ["router", "residual", "residual-mid", "deltanet", "attention-gate"];
 
 export interface ForwardOptions {
   /** "last" (default): logits of the last position; "all": every position; "none": skip the lm_head. */
   logits?: "all" | "last" | "none";
   /** Traces to record during this call. */
   capture?: CaptureName[];
-}
-
-export interface RouterTrace {
-  /** [layers, T, k] chosen experts, by descending weight */
-  ids: Tensor<Int32Array>;
-  /** [layers, T, k] renormalised routing weights */
-  weights: Tensor<Float32Array>;
-  /** [layers, T, experts] router logits */
-  logits: Tensor<Float32Array>;
+  /** Attention weights of these attention layers (and heads; default all), refused past 512 MiB. */
+  attention?: { layers: number[]; heads?: number[] };
+  /** Edits applied during this call only (on top of the session's persistent ones). */
+  interventions?: Intervention[];
+  /** Cancels the call between chunks of tokens; the session then holds the tokens fed so far. */
+  signal?: AbortSignal;
 }
 
 export interface ForwardResult {
   /** Tokens fed by this call. */
   tokens: number;
+  /** Their ids and the position of the first. */
+  span: TokenSpan;
   /** [T, vocab] with logits: "all", [1, vocab] with "last", [0, vocab] with "none". */
   logits: Tensor<Float32Array>;
   router?: RouterTrace;
   /** [layers, T, hidden] residual stream after each layer */
   residual?: Tensor<Float32Array>;
+  /** [layers, T, hidden] residual stream after each layer's attention or DeltaNet sublayer */
+  residualMid?: Tensor<Float32Array>;
+  deltanet?: DeltaNetTrace;
+  attention?: AttentionTrace;
+  attentionGate?: AttentionGateTrace;
+}
+
+/** What a session needs from its model. */
+export interface SessionContext {
+  config: ModelConfig;
+  native: NativeModel;
 }
 
 function toIds(ids: ArrayLike<number>, vocab: number): Int32Array {
@@ -47,11 +65,18 @@ function toIds(ids: ArrayLike<number>, vocab: number): Int32Array {
 }
 
 export class Session {
+  private readonly persistent = new Set<Intervention>();
+  private load?: ExpertLoad;
+
   /** @internal */
   constructor(
     private readonly native: NativeSession,
-    readonly config: ModelConfig,
+    private readonly context: SessionContext,
   ) {}
+
+  get config(): ModelConfig {
+    return this.context.config;
+  }
 
   /** Number of tokens this session has consumed. */
   get position(): number {
@@ -68,14 +93,69 @@ export class Session {
     return this.run(toIds([tokenId], this.config.vocabSize), options);
   }
 
-  /** A deep copy of this session's state (KV cache, DeltaNet state, position). */
+  /** A deep copy of this session's state (KV cache, DeltaNet state, position). Interventions and load stats are not copied. */
   fork(): Session {
-    return new Session(this.native.fork(), this.config);
+    return new Session(this.native.fork(), this.context);
   }
 
-  /** Forgets everything: position 0, empty caches. */
+  /** Forgets everything: position 0, empty caches, no expert load. Persistent interventions stay. */
   reset(): void {
     this.native.reset();
+    this.load = undefined;
+  }
+
+  /** Adds an intervention to every later call of this session, until `remove()`. */
+  addIntervention(intervention: Intervention): { remove(): void } {
+    this.persistent.add(intervention);
+    return { remove: () => void this.persistent.delete(intervention) };
+  }
+
+  /** The persistent interventions, in the order they were added. */
+  get interventions(): readonly Intervention[] {
+    return [...this.persistent];
+  }
+
+  /** Expert load over every call of this session that captured "router" (undefined before the first). */
+  get expertLoad(): ExpertLoad | undefined {
+    return this.load;
+  }
+
+  /** A snapshot of a DeltaNet layer's memory: recurrent state [valueHeads, keyDim, valueDim] and conv window [kernel-1, convDim]. */
+  deltanetState(layer: number): { recurrent: Tensor<Float32Array>; conv: Tensor<Float32Array> } {
+    const c = this.config;
+    const s = this.native.deltanetState(layer);
+    const convDim = 2 * c.linearKeyHeads * c.linearKeyDim + c.linearValueHeads * c.linearValueDim;
+    return {
+      recurrent: new Tensor([c.linearValueHeads, c.linearKeyDim, c.linearValueDim], s.recurrent),
+      conv: new Tensor([c.convKernel - 1, convDim], s.conv),
+    };
+  }
+
+  /**
+   * The logit lens over a result's residual capture: the top tokens that the final norm and lm_head
+   * give after each layer, for each position (or the given layers and call-relative token indices).
+   */
+  async logitLens(
+    result: ForwardResult,
+    options: { top?: number; layers?: number[]; tokens?: number[] } = {},
+  ): Promise<LensTop[]> {
+    const residual = result.residual;
+    if (!residual) throw new Error('logitLens: the result has no residual capture (capture: ["residual"])');
+    const [L, T, H] = residual.shape;
+    const layers = options.layers ?? [...Array(L).keys()];
+    const tokens = options.tokens ?? [...Array(T).keys()];
+    const rows = new Float32Array(layers.length * tokens.length * H);
+    let r = 0;
+    for (const l of layers) for (const t of tokens) rows.set(residual.index(l).index(t).data, r++ * H);
+    const logits = await unembed(this.context.native, rows, this.config.vocabSize);
+    const out: LensTop[] = [];
+    r = 0;
+    for (const l of layers)
+      for (const t of tokens) {
+        const best = topK(logits.index(r++).data, options.top ?? 5);
+        out.push({ layer: l, position: result.span.start + t, ...best });
+      }
+    return out;
   }
 
   private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
@@ -85,28 +165,78 @@ export class Session {
         throw new TypeError(`unknown capture '${name}' (known: ${CAPTURE_NAMES.join(", ")})`);
       }
     }
-    const r = await this.native.forward(ids, {
-      logits: options.logits ?? "last",
-      router: capture.has("router"),
-      residual: capture.has("residual"),
-    });
-    return this.wrap(r);
+    const signal = options.signal;
+    signal?.throwIfAborted();
+    const onAbort = () => this.native.cancel();
+    signal?.addEventListener("abort", onAbort);
+    const start = this.native.position;
+    try {
+      const r = await this.native.forward(ids, {
+        logits: options.logits ?? "last",
+        router: capture.has("router"),
+        residual: capture.has("residual"),
+        residualMid: capture.has("residual-mid"),
+        deltanet: capture.has("deltanet"),
+        attentionGate: capture.has("attention-gate"),
+        attentionLayers: options.attention?.layers,
+        attentionHeads: options.attention?.heads,
+        interventions: [...this.persistent, ...(options.interventions ?? [])],
+      });
+      const result = this.wrap(r, { ids, start }, options.attention);
+      if (result.router) (this.load ??= new ExpertLoad(result.router.layers, result.router.experts, result.router.k)).add(result.router);
+      return result;
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+    }
   }
 
-  private wrap(r: NativeForwardResult): ForwardResult {
+  private wrap(r: NativeForwardResult, span: TokenSpan, attention?: ForwardOptions["attention"]): ForwardResult {
     const c = this.config;
-    const out: ForwardResult = {
-      tokens: r.n,
-      logits: new Tensor([r.logitsRows, c.vocabSize], r.logits),
-    };
-    if (r.routerIds && r.routerWeights && r.routerLogits) {
-      out.router = {
-        ids: new Tensor([c.numLayers, r.n, c.expertsPerToken], r.routerIds),
-        weights: new Tensor([c.numLayers, r.n, c.expertsPerToken], r.routerWeights),
-        logits: new Tensor([c.numLayers, r.n, c.numExperts], r.routerLogits),
-      };
+    const T = r.n;
+    const out: ForwardResult = { tokens: T, span, logits: new Tensor([r.logitsRows, c.vocabSize], r.logits) };
+    const layersOf = (kind: string) => c.layerTypes.flatMap((t, i) => (t === kind ? [i] : []));
+    if (r.routerIds && r.routerWeights && r.routerLogits && r.routerProbs && r.sharedGate) {
+      const L = c.numLayers;
+      out.router = new RouterTrace(
+        new Tensor([L, T, c.expertsPerToken], r.routerIds),
+        new Tensor([L, T, c.expertsPerToken], r.routerWeights),
+        new Tensor([L, T, c.numExperts], r.routerLogits),
+        new Tensor([L, T, c.numExperts], r.routerProbs),
+        new Tensor([L, T], r.sharedGate),
+        span,
+      );
     }
-    if (r.residual) out.residual = new Tensor([c.numLayers, r.n, c.hiddenSize], r.residual);
+    if (r.residual) out.residual = new Tensor([c.numLayers, T, c.hiddenSize], r.residual);
+    if (r.residualMid) out.residualMid = new Tensor([c.numLayers, T, c.hiddenSize], r.residualMid);
+    if (r.deltanetBeta && r.deltanetDecay && r.deltanetStateNorm) {
+      const layers = layersOf("linear_attention");
+      const shape = [layers.length, T, c.linearValueHeads];
+      out.deltanet = new DeltaNetTrace(
+        layers,
+        new Tensor(shape, r.deltanetBeta),
+        new Tensor(shape, r.deltanetDecay),
+        new Tensor(shape, r.deltanetStateNorm),
+        span,
+      );
+    }
+    if (r.attention) {
+      const layers = [...(attention?.layers ?? [])];
+      const heads = attention?.heads?.length ? [...attention.heads] : [...Array(c.numHeads).keys()];
+      out.attention = new AttentionTrace(
+        layers,
+        heads,
+        new Tensor([layers.length, heads.length, T, span.start + T], r.attention),
+        span,
+      );
+    }
+    if (r.attentionGate) {
+      const layers = layersOf("full_attention");
+      out.attentionGate = new AttentionGateTrace(
+        layers,
+        new Tensor([layers.length, T, c.numHeads * c.headDim], r.attentionGate),
+        span,
+      );
+    }
     return out;
   }
 }

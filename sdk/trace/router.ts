@@ -1,0 +1,86 @@
+// The router's record of a call: per layer and token, the chosen experts and their weights, the full
+// router logits and probabilities, and the shared expert's gate.
+import type { Table } from "apache-arrow";
+import { arrowTable } from "../arrow";
+import { Tensor } from "../tensor";
+import type { TokenSpan } from "./span";
+
+export class RouterTrace {
+  constructor(
+    /** [layers, T, k] chosen experts, by descending weight */
+    readonly ids: Tensor<Int32Array>,
+    /** [layers, T, k] routing weights (renormalised over the chosen experts) */
+    readonly weights: Tensor<Float32Array>,
+    /** [layers, T, experts] router logits */
+    readonly logits: Tensor<Float32Array>,
+    /** [layers, T, experts] router probabilities (softmax over all experts, after interventions) */
+    readonly probs: Tensor<Float32Array>,
+    /** [layers, T] sigmoid gate of the shared expert */
+    readonly sharedGate: Tensor<Float32Array>,
+    readonly span: TokenSpan,
+  ) {}
+
+  get layers(): number {
+    return this.ids.shape[0];
+  }
+  get tokens(): number {
+    return this.ids.shape[1];
+  }
+  get k(): number {
+    return this.ids.shape[2];
+  }
+  get experts(): number {
+    return this.logits.shape[2];
+  }
+
+  /** Chosen experts of one layer and token (position relative to this call). */
+  chosen(layer: number, t: number): { expert: number; weight: number }[] {
+    const out = [];
+    for (let s = 0; s < this.k; s++) out.push({ expert: this.ids.get(layer, t, s), weight: this.weights.get(layer, t, s) });
+    return out;
+  }
+
+  /** Long form: one row per (layer, position, slot) with token, position, layer, slot, expert, weight. */
+  toArrow(): Table {
+    const [L, T, K] = this.ids.shape;
+    const n = L * T * K;
+    const token = new Int32Array(n);
+    const position = new Int32Array(n);
+    const layer = new Int32Array(n);
+    const slot = new Int32Array(n);
+    const expert = new Int32Array(n);
+    const weight = new Float32Array(n);
+    let i = 0;
+    for (let l = 0; l < L; l++) {
+      for (let t = 0; t < T; t++) {
+        for (let s = 0; s < K; s++, i++) {
+          token[i] = this.span.ids[t];
+          position[i] = this.span.start + t;
+          layer[i] = l;
+          slot[i] = s;
+          expert[i] = this.ids.data[i];
+          weight[i] = this.weights.data[i];
+        }
+      }
+    }
+    return arrowTable({ token, position, layer, slot, expert, weight });
+  }
+
+  /** Long form of the full distribution: one row per (layer, position, expert) with logit and probability. */
+  probsToArrow(): Table {
+    const [L, T, E] = this.probs.shape;
+    const n = L * T * E;
+    const position = new Int32Array(n);
+    const layer = new Int32Array(n);
+    const expert = new Int32Array(n);
+    let i = 0;
+    for (let l = 0; l < L; l++)
+      for (let t = 0; t < T; t++)
+        for (let e = 0; e < E; e++, i++) {
+          position[i] = this.span.start + t;
+          layer[i] = l;
+          expert[i] = e;
+        }
+    return arrowTable({ position, layer, expert, logit: this.logits.data, prob: this.probs.data });
+  }
+}
