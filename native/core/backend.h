@@ -90,6 +90,14 @@ class Backend {
   virtual void scale(View x, float scale, size_t count) = 0;
   // out[n, w.rows] = x[n, w.cols] · Wᵀ   (expert 0 of a stack is not meant here)
   virtual void matmul(const Weight& w, View x, int n, View out) = 0;
+  // Several matmuls of the same input (fused projections): one launch where the backend can.
+  struct MatmulJob {
+    const Weight* weight;
+    View out;
+  };
+  virtual void matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
+    for (const MatmulJob& j : jobs) matmul(*j.weight, x, n, j.out);
+  }
 
   // Gated DeltaNet.
   // Depthwise causal conv over time then SiLU: `state` [kernel-1, channels] holds the raw inputs of the

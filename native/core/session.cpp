@@ -327,19 +327,14 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, const Forward
         const size_t at = size_t(dn_index) * m * Hv;
         trace = {View(s.t_dn_beta, at), View(s.t_dn_decay, at), View(s.t_dn_norm, at)};
       }
-      be_.matmul(*W.in_qkv, s.x, m, s.qkv);
-      be_.matmul(*W.in_z, s.x, m, s.z);
-      be_.matmul(*W.in_b, s.x, m, s.b);
-      be_.matmul(*W.in_a, s.x, m, s.a);
+      be_.matmul_group({{W.in_qkv.get(), s.qkv}, {W.in_z.get(), s.z}, {W.in_b.get(), s.b}, {W.in_a.get(), s.a}}, s.x, m);
       be_.conv_silu(s.qkv, st.conv, W.conv, m, c.conv_dim(), c.conv_kernel, s.qkv_conv);
       be_.deltanet(s.qkv_conv, s.b, s.a, W.A_log, W.dt_bias, st.recurrent, m, dn, s.core, trace);
       be_.gated_rms_norm(s.core, s.z, W.norm, m * Hv, c.linear_value_dim, c.rms_norm_eps, s.core);
       be_.matmul(*W.out, s.core, m, s.mix);
       ++dn_index;
     } else {
-      be_.matmul(*W.q, s.x, m, s.qg);
-      be_.matmul(*W.k, s.x, m, s.k);
-      be_.matmul(*W.v, s.x, m, s.v);
+      be_.matmul_group({{W.q.get(), s.qg}, {W.k.get(), s.k}, {W.v.get(), s.v}}, s.x, m);
       be_.attention_prep(s.qg, s.k, W.q_norm, W.k_norm, m, pos_, as, s.q, s.gate);
       be_.copy(View(st.k_cache, size_t(pos_) * kv_width), s.k, size_t(m) * kv_width);
       be_.copy(View(st.v_cache, size_t(pos_) * kv_width), s.v, size_t(m) * kv_width);
@@ -395,15 +390,17 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, const Forward
 
     // Mixture of experts with the gated shared expert.
     be_.rms_norm(s.h, W.post_norm, m, H, c.rms_norm_eps, s.x);
-    be_.matmul(*W.router, s.x, m, s.router_logits);
+    // The router, the shared expert's projections and its gate all read the same normed input.
+    be_.matmul_group({{W.router.get(), s.router_logits},
+                      {W.shared_gate.get(), s.shared_g},
+                      {W.shared_up.get(), s.shared_u},
+                      {W.shared_expert_gate.get(), s.shared_gate}},
+                     s.x, m);
     View probs_out = cap.router ? View(s.t_router_probs, size_t(l) * m * E) : View();
     be_.route(s.router_logits, router_bias, m, E, K, c.norm_topk_prob, s.route_ids, s.route_weights, probs_out);
     be_.moe_experts(*W.gate, *W.up, *W.down, s.x, s.route_ids, s.route_weights, m, K, s.routed);
-    be_.matmul(*W.shared_gate, s.x, m, s.shared_g);
-    be_.matmul(*W.shared_up, s.x, m, s.shared_u);
     be_.swiglu(s.shared_g, s.shared_u, size_t(m) * c.shared_intermediate, s.shared_g);
     be_.matmul(*W.shared_down, s.shared_g, m, s.shared_out);
-    be_.matmul(*W.shared_expert_gate, s.x, m, s.shared_gate);
     if (shared_scale != 0.f) be_.add_gated(s.routed, s.shared_out, s.shared_gate, m, H, shared_scale);
     be_.add(s.h, s.routed, size_t(m) * H);
 

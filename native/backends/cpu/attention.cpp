@@ -48,7 +48,7 @@ void CpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   const int kv_width = s.kv_heads * D;
   const int total = pos0 + n;
   const float scale = 1.0f / std::sqrt(float(D));
-  pool_.parallel_for(size_t(n) * H, 1, [&](size_t i0, size_t i1) {
+  pool_.parallel_for(size_t(n) * H, grain_for(size_t(total) * D * 2), [&](size_t i0, size_t i1) {
     std::vector<float> p(static_cast<size_t>(total));
     for (size_t i = i0; i < i1; ++i) {
       const int t = int(i / H), h = int(i % H), kvh = h / group;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "dot.h"
+#include "gemm.h"
 
 namespace moelens {
 
@@ -46,7 +47,7 @@ void CpuBackend::rms_norm(View x, View weight, int rows, int dim, float eps, Vie
   const float* w = weight ? f32(weight) : nullptr;
   float* xs = f32(x);
   float* os = f32(out);
-  pool_.parallel_for(size_t(rows), 16, [&](size_t r0, size_t r1) {
+  pool_.parallel_for(size_t(rows), grain_for(size_t(dim)), [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       const float* xr = xs + r * dim;
       float* o = os + r * dim;
@@ -67,28 +68,61 @@ void CpuBackend::scale(View x, float s, size_t count) {
 void CpuBackend::linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
   if (n == 1) {
-    std::vector<float> gsum;
-    if (w.quantized()) {
-      gsum.resize(size_t(cols / w.group_size));
-      group_sums(x, cols, w.group_size, gsum.data());
-    }
-    pool_.parallel_for(size_t(rows), 8, [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, expert, int64_t(r)), x, gsum.data());
+    PreparedInput in;
+    prepare_input(w, x, &in);
+    pool_.parallel_for(size_t(rows), grain_for(size_t(cols)), [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, expert, int64_t(r)), in);
     });
     return;
   }
-  // Several rows of activations: dequantise each weight row once and reuse it for every token.
-  pool_.parallel_for(size_t(rows), 4, [&](size_t r0, size_t r1) {
-    std::vector<float> wrow(static_cast<size_t>(cols));
-    for (size_t r = r0; r < r1; ++r) {
-      dequantize_row(w, row_of(w, expert, int64_t(r)), wrow.data());
-      for (int t = 0; t < n; ++t) y[size_t(t) * rows + r] = dot_f32(wrow.data(), x + size_t(t) * cols, cols);
+  // Several rows of activations: dequantise a tile of weight rows once and reuse it for every token,
+  // in the column order the dequantiser produces fastest (the activations are reordered to match).
+  std::vector<float> reordered;
+  const float* xs = x;
+  if (uses_reordered_columns(w)) {
+    reordered.resize(size_t(n) * cols);
+    for (int t = 0; t < n; ++t) reorder_columns(x + size_t(t) * cols, cols, reordered.data() + size_t(t) * cols);
+    xs = reordered.data();
+  }
+  constexpr int kTile = 4;
+  pool_.parallel_for(size_t((rows + kTile - 1) / kTile), grain_for(size_t(kTile) * cols * n), [&](size_t b0, size_t b1) {
+    std::vector<float> tile(static_cast<size_t>(kTile * cols));
+    for (size_t b = b0; b < b1; ++b) {
+      const int64_t r0 = int64_t(b) * kTile;
+      const int nr = int(std::min<int64_t>(kTile, rows - r0));
+      for (int r = 0; r < nr; ++r) dequantize_row_reordered(w, row_of(w, expert, r0 + r), tile.data() + r * cols);
+      gemm_tile(tile.data(), nr, xs, n, cols, y, rows, r0);
     }
   });
 }
 
 void CpuBackend::matmul(const Weight& weight, View x, int n, View out) {
   linear(static_cast<const CpuWeight&>(weight).w, 0, f32(x), n, f32(out));
+}
+
+void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
+  if (n != 1) {
+    for (const MatmulJob& j : jobs) matmul(*j.weight, x, n, j.out);
+    return;
+  }
+  // Decode: one parallel loop over the rows of every matrix.
+  std::vector<PreparedInput> in(jobs.size());
+  std::vector<size_t> first_row(jobs.size() + 1, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const LinearWeight& w = static_cast<const CpuWeight*>(jobs[i].weight)->w;
+    prepare_input(w, f32(x), &in[i]);
+    first_row[i + 1] = first_row[i] + size_t(w.rows);
+  }
+  const size_t cols = size_t(static_cast<const CpuWeight*>(jobs[0].weight)->w.cols);
+  pool_.parallel_for(first_row.back(), grain_for(cols), [&](size_t r0, size_t r1) {
+    size_t j = size_t(std::upper_bound(first_row.begin(), first_row.end(), r0) - first_row.begin()) - 1;
+    for (size_t r = r0; r < r1; ++r) {
+      while (r >= first_row[j + 1]) ++j;
+      const LinearWeight& w = static_cast<const CpuWeight*>(jobs[j].weight)->w;
+      const size_t local = r - first_row[j];
+      f32(jobs[j].out)[local] = dot_row(w, row_of(w, 0, int64_t(local)), in[j]);
+    }
+  });
 }
 
 void CpuBackend::sigmoid_mul(View x, View gate, size_t count) {
@@ -140,6 +174,39 @@ void CpuBackend::route(View logits, View bias, int n, int experts, int k, bool r
   }
 }
 
+void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D,
+                                       const float* x, const int32_t* ids, const float* weights, int k, float* out) {
+  const int64_t H = G.cols, I = G.rows;
+  PreparedInput xg, xu;
+  prepare_input(G, x, &xg);
+  prepare_input(U, x, &xu);
+  // gate and up rows of every chosen expert: h[s] = silu(gate_s · x) * (up_s · x)
+  std::vector<float> g(size_t(k) * I), u(size_t(k) * I);
+  pool_.parallel_for(size_t(2 * k) * I, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const bool is_up = i >= size_t(k) * I;
+      const size_t slot_row = is_up ? i - size_t(k) * I : i;
+      const int s = int(slot_row / I);
+      const int64_t r = int64_t(slot_row % I);
+      const LinearWeight& w = is_up ? U : G;
+      (is_up ? u : g)[slot_row] = dot_row(w, row_of(w, ids[s], r), is_up ? xu : xg);
+    }
+  });
+  std::vector<PreparedInput> hd(static_cast<size_t>(k));
+  for (int s = 0; s < k; ++s) {
+    for (int64_t i = 0; i < I; ++i) g[size_t(s) * I + i] = silu(g[size_t(s) * I + i]) * u[size_t(s) * I + i];
+    prepare_input(D, &g[size_t(s) * I], &hd[size_t(s)]);
+  }
+  // down rows: out[r] = Σ_s weight_s · down_s[r] · h[s]
+  pool_.parallel_for(size_t(H), grain_for(size_t(I) * k), [&](size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; ++r) {
+      float acc = 0.f;
+      for (int s = 0; s < k; ++s) acc += weights[s] * dot_row(D, row_of(D, ids[s], int64_t(r)), hd[size_t(s)]);
+      out[r] = acc;
+    }
+  });
+}
+
 void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
                              View weights, int n, int k, View out) {
   const LinearWeight& G = static_cast<const CpuWeight&>(gate_w).w;
@@ -148,6 +215,7 @@ void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   const int64_t H = G.cols, I = G.rows;
   const float* xs = f32(x);
   float* o = f32(out);
+  if (n == 1) return moe_experts_one_token(G, U, D, xs, i32(ids), f32(weights), k, o);
   std::fill_n(o, size_t(n) * H, 0.f);
   // Group the (token, slot) pairs by expert so that each expert's weights are read once per call.
   std::vector<std::vector<std::pair<int, float>>> by_expert(size_t(G.experts));

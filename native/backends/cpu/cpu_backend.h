@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   void add(View a, View b, size_t count, float scale) override;
   void scale(View x, float scale, size_t count) override;
   void matmul(const Weight& w, View x, int n, View out) override;
+  void matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) override;
 
   void conv_silu(View x, View state, View weights, int n, int channels, int kernel, View out) override;
   void deltanet(View qkv, View b, View a, View A_log, View dt_bias, View state, int n, const DeltaNetShape& s,
@@ -65,10 +66,20 @@ class CpuBackend final : public Backend {
   void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) override;
 
  private:
-  // y[n, rows] = x[n, cols] · W_eᵀ for expert e (0 for plain matrices); x rows strided by ldx.
+  // y[n, rows] = x[n, cols] · W_eᵀ for expert e (0 for plain matrices).
   void linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y);
+  // One token through its k experts with two parallel loops (gate/up rows, then down rows).
+  void moe_experts_one_token(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
+                             const int32_t* ids, const float* weights, int k, float* out);
   ThreadPool pool_;
 };
+
+// Iterations per parallel chunk so that each chunk carries at least ~32K multiply-adds: below that,
+// handing work to another thread costs more than it saves (tiny models run single-threaded).
+inline size_t grain_for(size_t work_per_iteration) {
+  constexpr size_t kMinWork = 32768;
+  return work_per_iteration >= kMinWork ? 1 : kMinWork / (work_per_iteration ? work_per_iteration : 1);
+}
 
 // Raw pointers of a view, for the kernels.
 inline float* f32(View v) { return static_cast<CpuBuffer*>(v.buf)->f32() + v.offset; }

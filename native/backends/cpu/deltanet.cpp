@@ -24,7 +24,7 @@ void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels
   float* o = f32(out);
   // Row r of the stream [state ; x]: r < past comes from the state.
   auto stream = [&](int r, int c) { return r < past ? st[size_t(r) * channels + c] : xs[size_t(r - past) * channels + c]; };
-  pool_.parallel_for(size_t(channels), 64, [&](size_t c0, size_t c1) {
+  pool_.parallel_for(size_t(channels), grain_for(size_t(n) * kernel), [&](size_t c0, size_t c1) {
     for (size_t c = c0; c < c1; ++c) {
       const float* wc = w + c * kernel;
       for (int t = 0; t < n; ++t) {
@@ -47,7 +47,7 @@ void CpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
   const int conv_dim = 2 * key_total + Hv * Dv;
   const int group = Hv / s.key_heads;
   const float q_scale = 1.0f / std::sqrt(float(Dk));
-  pool_.parallel_for(size_t(Hv), 1, [&](size_t h0, size_t h1) {
+  pool_.parallel_for(size_t(Hv), grain_for(size_t(n) * Dk * Dv * 4), [&](size_t h0, size_t h1) {
     std::vector<float> q(static_cast<size_t>(Dk)), k(static_cast<size_t>(Dk)), m(static_cast<size_t>(Dv)), delta(static_cast<size_t>(Dv));
     for (size_t hv = h0; hv < h1; ++hv) {
       const int kh = int(hv) / group;  // V head j uses Q/K head j / (Hv/Hk)
@@ -94,7 +94,7 @@ void CpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
 
 void CpuBackend::gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) {
   const float* w = f32(weight);
-  pool_.parallel_for(size_t(rows), 16, [&](size_t r0, size_t r1) {
+  pool_.parallel_for(size_t(rows), grain_for(size_t(dim) * 4), [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       const float* xr = f32(x) + r * dim;
       const float* zr = f32(z) + r * dim;

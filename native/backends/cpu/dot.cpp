@@ -6,6 +6,9 @@
 #include <immintrin.h>
 #define MOELENS_AVX2 1
 #endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define MOELENS_AVX512 1
+#endif
 #if defined(__ARM_NEON)
 #include <arm_neon.h>
 #define MOELENS_NEON 1
@@ -48,6 +51,60 @@ inline __m256 f16x8(const uint8_t* p) {
 
 inline float scale_at(const LinearWeight& w, const uint8_t* p, size_t g) { return load_float(p, w.scale_dtype, g); }
 
+#if MOELENS_AVX512
+// 16 bytes -> 16 floats
+inline __m512 u8x16(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+
+// A 4-bit row against activations deinterleaved per 64 columns (the 32 even columns, then the 32 odd
+// ones, see deinterleave64): each packed byte holds an even column in its low nibble and the next odd
+// column in its high nibble, so masks and one shift unpack 64 weights without shuffles.
+float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, const float* gsum) {
+  const int gs = w.group_size;
+  const size_t groups = size_t(w.cols / gs);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m512 total = _mm512_setzero_ps();
+  float bias_part = 0.f;
+  const uint8_t* q = row.data;
+  const float* x = xd;
+  for (size_t g = 0; g < groups; ++g) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int i = 0; i < gs; i += 64, q += 32, x += 64) {
+      __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+      __m256i lo = _mm256_and_si256(b, low);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low);
+      acc0 = _mm512_fmadd_ps(u8x16(_mm256_castsi256_si128(lo)), _mm512_loadu_ps(x), acc0);
+      acc1 = _mm512_fmadd_ps(u8x16(_mm256_extracti128_si256(lo, 1)), _mm512_loadu_ps(x + 16), acc1);
+      acc0 = _mm512_fmadd_ps(u8x16(_mm256_castsi256_si128(hi)), _mm512_loadu_ps(x + 32), acc0);
+      acc1 = _mm512_fmadd_ps(u8x16(_mm256_extracti128_si256(hi, 1)), _mm512_loadu_ps(x + 48), acc1);
+    }
+    const float s = scale_at(w, row.scales, g), b = scale_at(w, row.biases, g);
+    total = _mm512_fmadd_ps(_mm512_set1_ps(s), _mm512_add_ps(acc0, acc1), total);
+    bias_part += b * gsum[g];
+  }
+  return _mm512_reduce_add_ps(total) + bias_part;
+}
+
+float dot_row_q8_avx512(const LinearWeight& w, const Row& row, const float* x, const float* gsum) {
+  const int gs = w.group_size;
+  const size_t groups = size_t(w.cols / gs);
+  __m512 total = _mm512_setzero_ps();
+  float bias_part = 0.f;
+  const uint8_t* q = row.data;
+  for (size_t g = 0; g < groups; ++g) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (int i = 0; i < gs; i += 32, q += 32, x += 32) {
+      __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+      acc0 = _mm512_fmadd_ps(u8x16(_mm256_castsi256_si128(b)), _mm512_loadu_ps(x), acc0);
+      acc1 = _mm512_fmadd_ps(u8x16(_mm256_extracti128_si256(b, 1)), _mm512_loadu_ps(x + 16), acc1);
+    }
+    const float s = scale_at(w, row.scales, g), b = scale_at(w, row.biases, g);
+    total = _mm512_fmadd_ps(_mm512_set1_ps(s), _mm512_add_ps(acc0, acc1), total);
+    bias_part += b * gsum[g];
+  }
+  return _mm512_reduce_add_ps(total) + bias_part;
+}
+#endif
+
 // Σ q·x over one group (values unscaled).
 inline float group_qdot(const uint8_t* q, const float* x, int gs, int bits) {
 #if MOELENS_AVX2
@@ -78,11 +135,78 @@ inline float group_qdot(const uint8_t* q, const float* x, int gs, int bits) {
 
 }  // namespace
 
-void group_sums(const float* x, int64_t cols, int group_size, float* out) {
-  for (int64_t g = 0; g < cols / group_size; ++g) {
+namespace {
+bool q4_fast_path(const LinearWeight& w) {
+#if MOELENS_AVX512
+  return w.bits == 4 && w.group_size % 64 == 0;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+bool uses_reordered_columns(const LinearWeight& w) { return q4_fast_path(w); }
+
+void reorder_columns(const float* x, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols; b += 64)
+    for (int i = 0; i < 32; ++i) {
+      out[b + i] = x[b + 2 * i];
+      out[b + 32 + i] = x[b + 2 * i + 1];
+    }
+}
+
+void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out) {
+#if MOELENS_AVX512
+  if (q4_fast_path(w)) {
+    const int gs = w.group_size;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const uint8_t* q = row.data;
+    for (int64_t g = 0; g < w.cols / gs; ++g) {
+      const __m512 s = _mm512_set1_ps(scale_at(w, row.scales, size_t(g)));
+      const __m512 b = _mm512_set1_ps(scale_at(w, row.biases, size_t(g)));
+      for (int i = 0; i < gs; i += 64, q += 32, out += 64) {
+        __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+        __m256i lo = _mm256_and_si256(v, low);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(s, u8x16(_mm256_castsi256_si128(lo)), b));
+        _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(s, u8x16(_mm256_extracti128_si256(lo, 1)), b));
+        _mm512_storeu_ps(out + 32, _mm512_fmadd_ps(s, u8x16(_mm256_castsi256_si128(hi)), b));
+        _mm512_storeu_ps(out + 48, _mm512_fmadd_ps(s, u8x16(_mm256_extracti128_si256(hi, 1)), b));
+      }
+    }
+    return;
+  }
+  if (w.quantized() && w.bits == 8 && w.group_size % 16 == 0) {
+    const int gs = w.group_size;
+    const uint8_t* q = row.data;
+    for (int64_t g = 0; g < w.cols / gs; ++g) {
+      const __m512 s = _mm512_set1_ps(scale_at(w, row.scales, size_t(g)));
+      const __m512 b = _mm512_set1_ps(scale_at(w, row.biases, size_t(g)));
+      for (int i = 0; i < gs; i += 16, q += 16, out += 16)
+        _mm512_storeu_ps(out, _mm512_fmadd_ps(s, u8x16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), b));
+    }
+    return;
+  }
+#endif
+  dequantize_row(w, row, out);
+}
+
+void prepare_input(const LinearWeight& w, const float* x, PreparedInput* in) {
+  in->x = x;
+  in->xq = x;
+  if (!w.quantized()) return;
+  const int gs = w.group_size;
+  const int64_t groups = w.cols / gs;
+  in->gsum.resize(size_t(groups));
+  for (int64_t g = 0; g < groups; ++g) {
     float s = 0.f;
-    for (int i = 0; i < group_size; ++i) s += x[g * group_size + i];
-    out[g] = s;
+    for (int i = 0; i < gs; ++i) s += x[g * gs + i];
+    in->gsum[size_t(g)] = s;
+  }
+  if (q4_fast_path(w)) {
+    in->reordered.resize(size_t(w.cols));
+    reorder_columns(x, w.cols, in->reordered.data());
+    in->xq = in->reordered.data();
   }
 }
 
@@ -115,9 +239,15 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-float dot_row(const LinearWeight& w, const Row& row, const float* x, const float* gsum) {
+float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in) {
   const int64_t cols = w.cols;
+  const float* x = in.x;
   if (w.quantized()) {
+    const float* gsum = in.gsum.data();
+#if MOELENS_AVX512
+    if (q4_fast_path(w)) return dot_row_q4_avx512(w, row, in.xq, gsum);
+    if (w.bits == 8 && w.group_size % 32 == 0) return dot_row_q8_avx512(w, row, x, gsum);
+#endif
     const int gs = w.group_size;
     const size_t groups = size_t(cols / gs);
     const size_t group_bytes = size_t(gs) * w.bits / 8;

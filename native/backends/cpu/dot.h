@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "../../core/weights.h"
 
@@ -26,15 +27,28 @@ inline Row row_of(const LinearWeight& w, int64_t expert, int64_t r) {
   return row;
 }
 
-// Σ_i w[i]·x[i] over the row. For quantized rows `group_sums` holds Σ x over each group
-// (see group_sums()), so that each group costs s·Σ q·x + b·Σ x as in MLX's qdot.
-float dot_row(const LinearWeight& w, const Row& row, const float* x, const float* group_sums);
+// One activation row prepared for dot_row against the rows of one weight: Σ x over each quantization
+// group (each group then costs s·Σ q·x + b·Σ x, as in MLX's qdot), and the column order the SIMD
+// kernel wants (for 4-bit on AVX-512: even then odd columns per block of 64).
+struct PreparedInput {
+  const float* x = nullptr;   // the activations as given
+  const float* xq = nullptr;  // what the quantized kernel reads: x, or `reordered`
+  std::vector<float> gsum, reordered;
+};
+void prepare_input(const LinearWeight& w, const float* x, PreparedInput* out);
 
-// Σ x over each group of `group_size` columns.
-void group_sums(const float* x, int64_t cols, int group_size, float* out);
+// Σ_i w[i]·x[i] over the row.
+float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in);
 
 // Writes the row as fp32.
 void dequantize_row(const LinearWeight& w, const Row& row, float* out);
+
+// The column order the SIMD kernels use for `w`: for 4-bit on AVX-512, even then odd columns within each
+// block of 64 (how the nibbles are packed). Rows of activations in that order come from reorder_columns,
+// and dequantize_row_reordered writes weight rows in it, so their dot products are unchanged.
+bool uses_reordered_columns(const LinearWeight& w);
+void reorder_columns(const float* x, int64_t cols, float* out);
+void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out);
 
 float dot_f32(const float* a, const float* b, int64_t n);
 // y += a * x

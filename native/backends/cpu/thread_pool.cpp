@@ -1,8 +1,22 @@
 #include "thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace moelens {
+
+namespace {
+// How long an idle worker polls for the next job before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -13,6 +27,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    generation_.fetch_add(1);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -29,44 +44,54 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker_loop() {
   unsigned seen = 0;
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+    // Poll for a new job, then sleep until one arrives.
+    auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0; generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until; ++i) {
+      // Yield after a short burst so that an oversubscribed machine still makes progress.
+      if (i < 1000) cpu_relax();
+      else std::this_thread::yield();
     }
-    run_chunks();
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      start_cv_.wait(lock, [&] { return generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+    }
+    seen = generation_.load(std::memory_order_acquire);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--active_ == 0) done_cv_.notify_one();
+      if (stop_) return;
     }
+    run_chunks();
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
 void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
-  size_t threads = size_t(size());
+  const size_t threads = size_t(size());
   if (workers_.empty() || n <= grain) {
     fn(0, n);
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
   // About four chunks per thread balances uneven rows without much contention.
-  size_t chunk = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
+  chunk_ = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
+  job_ = &fn;
+  n_ = n;
+  next_.store(0);
+  pending_.store(int(workers_.size()), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    n_ = n;
-    chunk_ = chunk;
-    next_.store(0);
-    active_ = int(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
-  start_cv_.notify_all();
+  if (sleepers_.load() > 0) start_cv_.notify_all();
   run_chunks();
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return active_ == 0; });
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < 1000) cpu_relax();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 

@@ -1,5 +1,7 @@
 // A persistent pool of worker threads for the CPU backend's data-parallel loops.
-// parallel_for hands out contiguous index ranges; the caller's thread works too.
+// parallel_for hands out contiguous index ranges; the caller's thread works too. Decode issues
+// hundreds of small loops per token, so workers spin briefly before sleeping and the caller spins on
+// completion: a condition-variable wake-up costs more than many of those loops.
 #pragma once
 
 #include <atomic>
@@ -29,12 +31,13 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
-  std::condition_variable start_cv_, done_cv_;
+  std::condition_variable start_cv_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t n_ = 0, chunk_ = 0;
   std::atomic<size_t> next_{0};
-  int active_ = 0;
-  unsigned generation_ = 0;
+  std::atomic<int> pending_{0};        // workers still running the current job
+  std::atomic<unsigned> generation_{0};  // bumped once per job
+  std::atomic<int> sleepers_{0};
   bool stop_ = false;
   std::mutex call_mu_;  // one parallel_for at a time (sessions may run on different threads)
 };
