@@ -6,9 +6,15 @@ namespace moelens::binding {
 
 namespace {
 
-// Hands a vector's storage to JS without a copy.
+// Hands a vector's storage to JS: small ones are copied into a JS-owned array (cheaper than an
+// external buffer with a finalizer), large ones are handed over without a copy.
 template <class T, class Array>
 Array to_typed_array(Napi::Env env, std::vector<T>&& v) {
+  if (v.size() * sizeof(T) <= 64 * 1024) {
+    Array a = Array::New(env, v.size());
+    if (!v.empty()) std::memcpy(a.Data(), v.data(), v.size() * sizeof(T));
+    return a;
+  }
   auto* heap = new std::vector<T>(std::move(v));
   auto buf = Napi::ArrayBuffer::New(env, heap->data(), heap->size() * sizeof(T),
                                     [](Napi::Env, void*, std::vector<T>* p) { delete p; }, heap);
