@@ -21,3 +21,17 @@ export {
 } from "./intervene/interventions";
 export type { LensTop } from "./lens";
 export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC } from "./arrow";
+export { loadTokenizer, Tokenizer, type Encoding, type DecodeOptions, type AddedToken } from "./tokenizer/tokenizer";
+export { StreamDecoder } from "./tokenizer/stream-decoder";
+export { ChatTemplate, loadChatTemplate, type ChatRenderOptions } from "./chat/template";
+export type { ChatMessage, ChatRole, ChatToolCall } from "./chat/message";
+export { Conversation, type ConversationOptions } from "./chat/conversation";
+export { Sampler, type SamplerOptions, type SamplingContext } from "./generate/sampler";
+export { loadGenerationConfig, type GenerationConfig } from "./generate/generation-config";
+export type {
+  GenerateInput,
+  GenerateOptions,
+  GenerateChunk,
+  GenerateTimings,
+  FinishReason,
+} from "./generate/generate";

@@ -4,6 +4,10 @@ import * as path from "node:path";
 import type { ModelConfig } from "./config";
 import { native, packageRoot, type NativeInfo, type NativeModel } from "./native";
 import { Session } from "./session";
+import { Conversation, type ConversationOptions } from "./chat/conversation";
+import type { GenerationContext } from "./generate/generate";
+import { loadGenerationConfig, type GenerationConfig } from "./generate/generation-config";
+import { loadTokenizer, type Tokenizer } from "./tokenizer/tokenizer";
 
 export type BackendName = "cpu";
 
@@ -22,19 +26,38 @@ export const embeddedModelDir = path.join(packageRoot, "models", "moelens-tiny")
 export class Model {
   readonly config: ModelConfig;
   readonly info: NativeInfo;
+  /** The checkpoint's tokenizer (undefined when the folder has no tokenizer.json). */
+  readonly tokenizer: Tokenizer | undefined;
+  /** Eos ids and default sampling (generation_config.json). */
+  readonly generationConfig: GenerationConfig;
 
   /** @internal */
   constructor(
     private readonly native: NativeModel,
     readonly dir: string,
+    tokenizer?: Tokenizer,
   ) {
     this.config = native.config();
     this.info = native.info();
+    this.tokenizer = tokenizer;
+    const tokenizerEos = tokenizer?.eosTokenId === undefined ? [] : [tokenizer.eosTokenId];
+    this.generationConfig = loadGenerationConfig(dir, [...this.config.eosTokenIds, ...tokenizerEos]);
   }
 
   /** A new, empty session (position 0). */
   session(): Session {
-    return new Session(this.native.session(), { config: this.config, native: this.native });
+    return new Session(this.native.session(), { config: this.config, native: this.native, generation: this.generation });
+  }
+
+  /** A multi-turn chat on a new session, re-feeding only what each turn adds (needs a chat template). */
+  conversation(options: ConversationOptions = {}): Conversation {
+    const generation = this.generation;
+    if (!generation) throw new Error(`${this.dir}: no tokenizer.json, so no conversation`);
+    return new Conversation(this.session(), generation, options);
+  }
+
+  private get generation(): GenerationContext | undefined {
+    return this.tokenizer && { tokenizer: this.tokenizer, generationConfig: this.generationConfig };
   }
 
   /** Releases the weights now rather than at garbage collection; open sessions keep them until they go. */
@@ -50,10 +73,10 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
     throw new Error(`${resolved}: not a model directory`);
   }
   const backend = options.backend ?? "cpu";
-  const nativeModel = await native().loadModel(
-    resolved,
-    { backend, threads: options.threads ?? 0 },
-    options.onProgress,
-  );
-  return new Model(nativeModel, resolved);
+  const hasTokenizer = fs.existsSync(path.join(resolved, "tokenizer.json"));
+  const [nativeModel, tokenizer] = await Promise.all([
+    native().loadModel(resolved, { backend, threads: options.threads ?? 0 }, options.onProgress),
+    hasTokenizer ? loadTokenizer(resolved) : undefined,
+  ]);
+  return new Model(nativeModel, resolved, tokenizer);
 }

@@ -5,6 +5,13 @@ import type { Intervention } from "./intervene/interventions";
 import { topK, unembed, type LensTop } from "./lens";
 import type { NativeForwardResult, NativeModel, NativeSession } from "./native";
 import { Tensor } from "./tensor";
+import {
+  generate,
+  type GenerateChunk,
+  type GenerateInput,
+  type GenerateOptions,
+  type GenerationContext,
+} from "./generate/generate";
 import { AttentionGateTrace, AttentionTrace } from "./trace/attention";
 import { DeltaNetTrace } from "./trace/deltanet";
 import { ExpertLoad } from "./trace/expert-load";
@@ -49,6 +56,8 @@ export interface ForwardResult {
 export interface SessionContext {
   config: ModelConfig;
   native: NativeModel;
+  /** Tokenizer and generation config, when the checkpoint has a tokenizer. */
+  generation?: GenerationContext;
 }
 
 function toIds(ids: ArrayLike<number>, vocab: number): Int32Array {
@@ -91,6 +100,17 @@ export class Session {
   /** Feeds one token; returns the logits for the next one. */
   async decode(tokenId: number, options: ForwardOptions = {}): Promise<ForwardResult> {
     return this.run(toIds([tokenId], this.config.vocabSize), options);
+  }
+
+  /**
+   * Streams text generated after `input` (a raw prompt, chat messages rendered with the chat
+   * template, or token ids), continuing whatever the session already holds:
+   * `for await (const chunk of s.generate("Once upon", { maxTokens: 20 })) process.stdout.write(chunk.text)`.
+   */
+  generate(input: GenerateInput, options: GenerateOptions = {}): AsyncGenerator<GenerateChunk, void, undefined> {
+    const generation = this.context.generation;
+    if (!generation) throw new Error("generate: the model has no tokenizer (tokenizer.json in its folder); use prefill/decode with ids");
+    return generate(this, generation, input, options);
   }
 
   /** A deep copy of this session's state (KV cache, DeltaNet state, position). Interventions and load stats are not copied. */

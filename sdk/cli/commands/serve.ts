@@ -1,0 +1,126 @@
+// `moelens serve`: the OpenAI-compatible HTTP server (docs/server.md). Runs until SIGINT or SIGTERM.
+import { parseArgs } from "node:util";
+import type { BackendName } from "../../model";
+import { DEFAULT_MAX_BODY_BYTES, serve } from "../../serve/server";
+import { UsageError } from "../errors";
+import { loadModel } from "../load-model";
+
+const FLAGS = {
+  model: { type: "string" },
+  backend: { type: "string" },
+  threads: { type: "string" },
+  host: { type: "string" },
+  port: { type: "string" },
+  "api-key": { type: "string" },
+  "model-id": { type: "string" },
+  "max-queue": { type: "string" },
+  "max-body-mib": { type: "string" },
+  "prefix-cache": { type: "string" },
+  "prefix-cache-mib": { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+export function serveHelpText(): string {
+  return `moelens serve: an OpenAI-compatible HTTP server (docs/server.md)
+
+Usage:
+  moelens serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]
+
+Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions
+(streaming with "stream": true). One generation runs at a time; others wait in the queue.
+
+Options:
+  --model <dir>              checkpoint folder (default: the embedded model)
+  --backend <name>           compute backend (default: cpu)
+  --threads <n>              CPU threads (default: all cores)
+  --host <address>           interface to listen on (default 127.0.0.1: this machine only)
+  --port <n>                 port (default 8000; 0 picks a free one)
+  --api-key <key>            require "Authorization: Bearer <key>" on /v1/* (default: the
+                             MOELENS_API_KEY environment variable; unset: no key)
+  --model-id <id>            the model name clients send (default: the folder's name)
+  --max-queue <n>            requests that may wait while one generates (default 64); more get 503
+  --max-body-mib <n>         largest request body in MiB (default ${DEFAULT_MAX_BODY_BYTES / 2 ** 20}); larger gets 413
+  --prefix-cache <n>         sessions kept for prompts that continue earlier ones (default 8; 0: off)
+  --prefix-cache-mib <n>     memory those sessions may take, in MiB (default 2048)
+  -h, --help                 this help
+
+One line per request goes to stderr: method, path, status, tokens, decode speed, duration.
+`;
+}
+
+export async function serveCommand(args: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options: FLAGS, allowPositionals: false, strict: true });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  const v = parsed.values;
+  if (v.help) {
+    process.stdout.write(serveHelpText());
+    return 0;
+  }
+  const options = {
+    host: v.host,
+    port: number("--port", v.port, 0, 65535),
+    apiKey: v["api-key"] ?? (process.env.MOELENS_API_KEY || undefined),
+    modelId: v["model-id"],
+    maxQueue: number("--max-queue", v["max-queue"], 0),
+    maxBodyBytes: mebibytes("--max-body-mib", v["max-body-mib"]),
+    prefixCache: {
+      entries: number("--prefix-cache", v["prefix-cache"], 0),
+      bytes: mebibytes("--prefix-cache-mib", v["prefix-cache-mib"]),
+    },
+  };
+  if (options.modelId === "") throw new UsageError("--model-id must not be empty");
+  const model = await loadModel({
+    positionals: [],
+    model: v.model,
+    backend: v.backend as BackendName | undefined,
+    threads: number("--threads", v.threads, 1),
+    generation: {},
+    chat: false,
+    json: false,
+    help: false,
+  });
+  if (!model.tokenizer) process.stderr.write(`moelens serve: ${model.dir} has no tokenizer.json; the completion endpoints will answer 400\n`);
+  let server;
+  try {
+    server = await serve(model, options);
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    if (err.code === "EADDRINUSE" || err.code === "EACCES" || err.code === "EADDRNOTAVAIL") {
+      throw new UsageError(`cannot listen on ${options.host ?? "127.0.0.1"}:${options.port ?? 8000}: ${err.code}`);
+    }
+    throw e;
+  }
+  process.stderr.write(`moelens serve: ${server.modelId} at ${server.url}/v1 (Ctrl+C stops)\n`);
+  await new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off("SIGINT", stop);
+      process.off("SIGTERM", stop);
+      resolve();
+    };
+    process.on("SIGINT", stop);
+    process.on("SIGTERM", stop);
+  });
+  await server.close();
+  model.tokenizer?.close();
+  process.stderr.write("moelens serve: stopped\n");
+  return 0;
+}
+
+function number(flag: string, text: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (text.trim() === "" || !Number.isInteger(value)) throw new UsageError(`${flag} needs an integer, got '${text}'`);
+  if (value < min || value > max) throw new UsageError(`${flag} must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function mebibytes(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (text.trim() === "" || !Number.isFinite(value) || value <= 0) throw new UsageError(`${flag} needs a positive number, got '${text}'`);
+  return Math.floor(value * 2 ** 20);
+}

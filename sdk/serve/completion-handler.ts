@@ -1,0 +1,102 @@
+// POST /v1/chat/completions and /v1/completions: validate, tokenize, queue, generate, answer as one
+// JSON response or as SSE chunks. A client that goes away aborts its generation (or leaves the queue).
+import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { GenerateOptions } from "../generate/generate";
+import type { Model } from "../model";
+import { ApiError, modelNotFound } from "./api-error";
+import type { Engine, GenerationOutcome } from "./engine";
+import { completeResponse, streamChunk, usage, type Endpoint, type ResponseHead } from "./openai-shapes";
+import { readJsonBody } from "./request-body";
+import { promptIds, tokenBudget } from "./request-prompt";
+import { SseStream } from "./sse";
+import { parseChatRequest, parseCompletionRequest, type SamplingRequest } from "./validate";
+
+export interface CompletionContext {
+  model: Model;
+  /** The id clients pass as `model`. */
+  modelId: string;
+  engine: Engine;
+  maxBodyBytes: number;
+}
+
+/** Answers the request; resolves to the generation's outcome (for the log), if one ran to the end. */
+export async function handleCompletion(
+  endpoint: Endpoint,
+  ctx: CompletionContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<GenerationOutcome | undefined> {
+  const body = await readJsonBody(req, ctx.maxBodyBytes);
+  const request = endpoint === "chat" ? parseChatRequest(body) : parseCompletionRequest(body);
+  if (request.model !== ctx.modelId) {
+    throw modelNotFound(request.model, ctx.modelId);
+  }
+  const tokenizer = ctx.model.tokenizer;
+  if (!tokenizer) throw new ApiError(400, `${ctx.model.dir} has no tokenizer.json, so no text endpoints`, "invalid_request_error", "no_tokenizer");
+  const prompt = promptIds(ctx.model, tokenizer, request);
+  const maxTokens = tokenBudget(prompt.length, request.sampling.maxTokens, ctx.model.config.maxPositionEmbeddings, endpoint === "chat" ? "messages" : "prompt");
+
+  const abort = new AbortController();
+  const onClose = () => {
+    // sabotaged
+  };
+  res.on("close", onClose);
+  const place = ctx.engine.reserve(abort.signal);
+  try {
+    const head: ResponseHead = {
+      id: `${endpoint === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replaceAll("-", "")}`,
+      created: Math.floor(Date.now() / 1000),
+      model: ctx.modelId,
+    };
+    const job = { prompt, options: generateOptions(request.sampling, maxTokens), routing: request.routing, signal: abort.signal };
+    const includeUsage = request.stream && request.includeUsage;
+    if (!request.stream) {
+      let text = "";
+      const outcome = await ctx.engine.run(place, job, (piece) => (text += piece));
+      if (!abort.signal.aborted) sendJson(res, 200, completeResponse(endpoint, head, text, outcome));
+      return outcome;
+    }
+    const sse = new SseStream(res);
+    if (endpoint === "chat") sse.send(streamChunk(endpoint, head, { role: true, text: "", includeUsage }));
+    let outcome: GenerationOutcome;
+    try {
+      outcome = await ctx.engine.run(place, job, (text) => sse.send(streamChunk(endpoint, head, { text, includeUsage })));
+    } catch (e) {
+      if (!abort.signal.aborted) sse.fail(ApiError.from(e).body);
+      throw e;
+    }
+    sse.send(streamChunk(endpoint, head, { text: endpoint === "chat" ? undefined : "", finish: outcome, includeUsage }));
+    if (includeUsage) sse.send(streamChunk(endpoint, head, { usage: usage(outcome), includeUsage }));
+    sse.done();
+    return outcome;
+  } finally {
+    place.release();
+    res.off("close", onClose);
+  }
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function generateOptions(s: SamplingRequest, maxTokens: number): GenerateOptions {
+  const options: GenerateOptions = {
+    maxTokens,
+    temperature: s.temperature,
+    topP: s.topP,
+    topK: s.topK,
+    minP: s.minP,
+    seed: s.seed,
+    presencePenalty: s.presencePenalty,
+    frequencyPenalty: s.frequencyPenalty,
+    stop: s.stop,
+    // vLLM's default: the text holds no special tokens (an eos id never shows anyway).
+    skipSpecialTokens: true,
+  };
+  if (s.ignoreEos) options.stopTokenIds = [];
+  for (const k of Object.keys(options) as (keyof GenerateOptions)[]) if (options[k] === undefined) delete options[k];
+  return options;
+}

@@ -1,0 +1,209 @@
+// The real `moelens` binary (bin/moelens.js over dist/), spawned as users run it, on the t1 fixture
+// with the t1-tokenizer. Outputs are compared with the SDK's.
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { embeddedModelDir, load, type Model } from "moelens";
+import { countParameters } from "../sdk/cli/parameters";
+import { makeTextModelDir } from "./fixtures/t1-tokenizer/model-dir";
+
+const root = path.resolve(__dirname, "..");
+const bin = path.join(root, "bin", "moelens.js");
+const fixture = makeTextModelDir();
+let model: Model;
+
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const e of fs.readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile() && e.name.endsWith(".ts")) newest = Math.max(newest, fs.statSync(path.join(e.parentPath, e.name)).mtimeMs);
+  }
+  return newest;
+}
+
+function moelens(args: string[], input?: string) {
+  const r = spawnSync(process.execPath, [bin, ...args], { cwd: root, input, encoding: "utf8", timeout: 60_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const modelFlags = () => ["--model", fixture.dir, "--threads", "1"];
+
+beforeAll(async () => {
+  // The binary runs dist/; rebuild it when the sources are newer (CI builds it in `npm install`).
+  const built = path.join(root, "dist", "sdk", "cli", "main.js");
+  const stale = !fs.existsSync(built) || fs.statSync(built).mtimeMs < Math.max(newestSource(path.join(root, "sdk")), newestSource(path.join(root, "kernel")));
+  if (stale) execFileSync(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"], { cwd: root });
+  model = await load(fixture.dir, { threads: 1 });
+}, 180_000);
+afterAll(() => {
+  model?.tokenizer?.close();
+  fixture.remove();
+});
+
+async function sdkText(prompt: string, options: Parameters<ReturnType<Model["session"]>["generate"]>[1]): Promise<string> {
+  let text = "";
+  for await (const c of model.session().generate(prompt, options)) text += c.text;
+  return text;
+}
+
+describe("moelens CLI", () => {
+  it("--help lists the commands and flags (and no unfinished ones)", () => {
+    const r = moelens(["--help"]);
+    expect(r.status).toBe(0);
+    for (const word of ["generate", "chat", "info", "kernel install", "kernel uninstall", "--model", "--backend", "--max-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--stop", "--help"]) {
+      expect(r.stdout).toContain(word);
+    }
+    // Every command listed works (none is a placeholder).
+    const listed = new Set([...r.stdout.matchAll(/^ {2}moelens (\w+)/gm)].map((m) => m[1]));
+    expect([...listed]).toEqual(expect.arrayContaining(["generate", "chat", "info", "kernel"]));
+    for (const command of listed) {
+      const help = moelens([command, "--help"]);
+      expect(help.status, command).toBe(0);
+      expect(help.stdout.length).toBeGreaterThan(0);
+    }
+    expect(moelens(["generate", "--help"]).stdout).toBe(r.stdout);
+    const bare = moelens([]);
+    expect(bare.status).toBe(2);
+    expect(bare.stdout).toBe(r.stdout);
+  });
+
+  it("rejects unknown commands, flags and bad values with exit status 2", () => {
+    const cases: [string[], RegExp][] = [
+      [["frobnicate"], /unknown command 'frobnicate'/],
+      [["generate", "--nope", "x"], /--nope/],
+      [["generate", "--top-k", "1.5", "x"], /--top-k needs an integer, got '1\.5'/],
+      [["generate", "--temperature=-1", "x"], /--temperature must be >= 0/],
+      [["generate", "--temperature", "-1", "x"], /'--temperature' argument is ambiguous/],
+      [["generate", ...modelFlags(), "--backend", "warp", "x"], /--backend warp: unknown \(available: cpu/],
+      [["generate", "--model", "/nonexistent", "x"], /--model \/nonexistent: no such folder/],
+      [["chat", ...modelFlags(), "stray"], /chat takes no arguments/],
+    ];
+    for (const [args, message] of cases) {
+      const r = moelens(args);
+      expect(r.status, args.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(message);
+      expect(r.stderr).toContain("moelens --help");
+    }
+  });
+
+  it("defaults to the embedded model, with a clear error while it is missing", () => {
+    const r = moelens(["generate", "--threads", "1", "--max-tokens", "2", "Hello"]);
+    if (fs.existsSync(embeddedModelDir)) {
+      expect(r.status).toBe(0);
+    } else {
+      expect(r.status).toBe(2);
+      expect(r.stderr).toContain(`the embedded model is not installed (${embeddedModelDir} is missing); pass --model <dir>`);
+    }
+  });
+
+  it("generate streams the SDK's text to stdout and the speed to stderr", async () => {
+    const r = moelens(["generate", ...modelFlags(), "--temperature", "0", "--max-tokens", "10", "The jury said"]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toBe(await sdkText("The jury said", { temperature: 0, maxTokens: 10 }));
+    expect(r.stderr).toMatch(/^prefill 4 tokens in \d+ ms, [\d.]+ tok\/s; decode \d+ tokens in \d+ ms, [\d.]+ tok\/s; finish: (length|eos)\n$/);
+  });
+
+  it("generate reads the prompt from stdin, reproduces a seed and honours --stop", async () => {
+    const args = ["generate", ...modelFlags(), "--temperature", "1.5", "--top-k", "50", "--top-p", "0.9", "--seed", "7", "--max-tokens", "12"];
+    const a = moelens(args, "The jury said");
+    expect(a.status).toBe(0);
+    expect(moelens(args, "The jury said").stdout).toBe(a.stdout);
+    expect(a.stdout).toBe(await sdkText("The jury said", { temperature: 1.5, topK: 50, topP: 0.9, seed: 7, maxTokens: 12 }));
+
+    const greedy = await sdkText("The jury said", { temperature: 0, maxTokens: 10, stopTokenIds: [] });
+    const stop = greedy.slice(5, 8);
+    const r = moelens(["generate", ...modelFlags(), "--temperature", "0", "--max-tokens", "10", "--stop", stop, "The jury said"]);
+    expect(r.stdout).toBe(greedy.slice(0, greedy.indexOf(stop)));
+    expect(r.stderr).toMatch(/finish: stop/);
+  });
+
+  it("generate --chat applies the chat template with the system prompt and thinking switch", async () => {
+    const r = moelens(["generate", ...modelFlags(), "--chat", "--system", "Be brief.", "--no-think", "--temperature", "0", "--max-tokens", "6", "Hi"]);
+    expect(r.status).toBe(0);
+    let text = "";
+    const messages = [{ role: "system" as const, content: "Be brief." }, { role: "user" as const, content: "Hi" }];
+    for await (const c of model.session().generate(messages, { temperature: 0, maxTokens: 6, enableThinking: false })) text += c.text;
+    expect(r.stdout).toBe(text);
+    const rendered = model.tokenizer!.chatTemplate!.render(messages, { addGenerationPrompt: true, enableThinking: false });
+    expect(r.stderr).toContain(`prefill ${model.tokenizer!.encode(rendered).length} tokens`);
+  });
+
+  it("chat answers line by line like a Conversation, re-feeding only each new turn", async () => {
+    const r = moelens(["chat", ...modelFlags(), "--temperature", "0", "--max-tokens", "5", "--no-think"], "Hello\nAnd then?\n/reset\nHello\n");
+    expect(r.status).toBe(0);
+    const chat = model.conversation({ enableThinking: false });
+    const replies: string[] = [];
+    for (const line of ["Hello", "And then?"]) {
+      let text = "";
+      for await (const c of chat.send(line, { temperature: 0, maxTokens: 5 })) text += c.text;
+      replies.push(text);
+    }
+    const end = (s: string) => (s.endsWith("\n") ? s : s + "\n");
+    expect(r.stdout).toBe(end(replies[0]) + end(replies[1]) + end(replies[0]));
+    const fed = [...r.stderr.matchAll(/fed (\d+) new prompt tokens/g)].map((m) => Number(m[1]));
+    expect(fed.length).toBe(3);
+    expect(fed[1]).toBe(chat.promptTokensFed);
+    expect(fed[2]).toBe(fed[0]); // after /reset, the whole prompt again
+    expect(r.stderr).toContain("(new conversation)");
+  });
+
+  it("info reports the config, parameter count and memory (--json too)", () => {
+    const r = moelens(["info", ...modelFlags(), "--json"]);
+    expect(r.status).toBe(0);
+    const info = JSON.parse(r.stdout);
+    expect(info.config.numLayers).toBe(4);
+    expect(info.parameters).toEqual(countParameters(model.config));
+    expect(info.parameters.activePerToken).toBeLessThan(info.parameters.total);
+    expect(info.memory.weightBytes).toBe(model.info.weightBytes);
+    expect(info.tokenizer.vocabSize).toBe(1000);
+    expect(info.eosTokenIds).toEqual([997, 995]);
+    const text = moelens(["info", ...modelFlags()]);
+    expect(text.stdout).toMatch(/^parameters +2\.\d\d M total, 1\.\d\d M active per token/m);
+    expect(text.stdout).toMatch(/^weights +[\d.]+ MiB in memory/m);
+  });
+
+  it("Ctrl+C ends generate with finish reason abort and exit status 130", async () => {
+    // Greedy on t1 after "The jury said" meets no eos id within 4000 tokens: only the signal ends it early.
+    const child = spawn(process.execPath, [bin, "generate", ...modelFlags(), "--temperature", "0", "--max-tokens", "4000", "The jury said"], { cwd: root });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
+    child.kill("SIGINT");
+    const status = await new Promise<number | null>((resolve) => child.on("close", resolve));
+    expect(stderr).toMatch(/finish: abort\n$/);
+    expect(status).toBe(130);
+  });
+
+  it("shows a loading progress bar on a terminal only", () => {
+    // util-linux `script` gives the command a pseudo-terminal.
+    const command = [process.execPath, bin, "info", ...modelFlags()].map((a) => `'${a}'`).join(" ");
+    const tty = spawnSync("script", ["-qec", command, "/dev/null"], { cwd: root, encoding: "utf8", timeout: 60_000 });
+    expect(tty.status).toBe(0);
+    expect(tty.stdout).toMatch(/\rloading moelens-t1-text-\w+ \[#{30}\] (\d+)\/\1\r\x1b\[2Kmodel /);
+    expect(moelens(["info", ...modelFlags()]).stderr).toBe("");
+  });
+
+  it("kernel forwards to the Jupyter kernel's command line", () => {
+    const r = moelens(["kernel", "--help"]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain("kernel install [--user | --sys-prefix | --prefix DIR]");
+  });
+});
+
+describe("docs/examples/generate.ts", () => {
+  const example = path.join(root, "docs", "examples", "generate.ts");
+  const runners: [string, string][] = [
+    ["tsx", path.join(root, "node_modules", "tsx", "dist", "cli.mjs")],
+    ["ts-node", path.join(root, "node_modules", "ts-node", "dist", "bin.js")],
+  ];
+  it.each(runners)("runs as written with %s", (_, runner) => {
+    const r = spawnSync(process.execPath, [runner, example, fixture.dir], { cwd: root, encoding: "utf8", timeout: 120_000 });
+    expect(r.stderr).toBe("");
+    expect(r.status).toBe(0);
+    const lines = r.stdout.split("\n");
+    expect(lines[0]).toMatch(/^327:"The" 473:" j" 975:"ury" 548:" said"/);
+    expect(lines[1]).toBe("true");
+    expect(r.stdout).toMatch(/\[length: 30 tokens, [\d.]+ tok\/s\]/);
+    expect(r.stdout.match(/\[fed \d+ new prompt tokens\]/g)?.length).toBe(2);
+  });
+});
