@@ -14,7 +14,7 @@ export type BackendName = "cpu";
 export interface LoadOptions {
   /** Compute backend (default "cpu"). */
   backend?: BackendName;
-  /** CPU threads (default: all cores). */
+  /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
   /** Called as layers are placed on the backend. */
   onProgress?: (done: number, total: number) => void;
@@ -66,6 +66,15 @@ export class Model {
   }
 }
 
+const SMALL_CHECKPOINT_BYTES = 64 * 1024 * 1024;
+
+// 0 lets the core use every core; small models run faster on one (see LoadOptions.threads).
+function defaultThreads(dir: string): number {
+  let bytes = 0;
+  for (const f of fs.readdirSync(dir)) if (f.endsWith(".safetensors")) bytes += fs.statSync(path.join(dir, f)).size;
+  return bytes < SMALL_CHECKPOINT_BYTES ? 1 : 0;
+}
+
 /** Loads a checkpoint directory (HF or mlx-community layout); default: the embedded model. */
 export async function load(dir: string = embeddedModelDir, options: LoadOptions = {}): Promise<Model> {
   const resolved = path.resolve(dir);
@@ -75,7 +84,7 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   const backend = options.backend ?? "cpu";
   const hasTokenizer = fs.existsSync(path.join(resolved, "tokenizer.json"));
   const [nativeModel, tokenizer] = await Promise.all([
-    native().loadModel(resolved, { backend, threads: options.threads ?? 0 }, options.onProgress),
+    native().loadModel(resolved, { backend, threads: options.threads ?? defaultThreads(resolved) }, options.onProgress),
     hasTokenizer ? loadTokenizer(resolved) : undefined,
   ]);
   return new Model(nativeModel, resolved, tokenizer);

@@ -7,7 +7,7 @@ namespace moelens {
 
 namespace {
 // How long an idle worker polls for the next job before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
