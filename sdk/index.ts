@@ -35,3 +35,5 @@ export type {
   GenerateTimings,
   FinishReason,
 } from "./generate/generate";
+export { serve, type ServeOptions, type MoelensServer } from "./serve/server";
+export type { RoutingSummary, LayerRouting } from "./serve/routing-summary";

@@ -49,7 +49,9 @@ export interface NativeSession {
   fork(): NativeSession;
   cancel(): void;
   deltanetState(layer: number): { recurrent: Float32Array; conv: Float32Array };
+  dispose(): void;
   readonly position: number;
+  readonly memoryBytes: number;
 }
 
 export interface NativeConfig {

@@ -92,6 +92,11 @@ export class Session {
     return this.native.position;
   }
 
+  /** Bytes of native memory the session holds: DeltaNet state, KV cache, work buffers. */
+  get memoryBytes(): number {
+    return this.native.memoryBytes;
+  }
+
   /** Feeds tokens (the whole prompt, or a continuation of earlier calls). */
   async prefill(ids: ArrayLike<number>, options: ForwardOptions = {}): Promise<ForwardResult> {
     return this.run(toIds(ids, this.config.vocabSize), options);
@@ -116,6 +121,15 @@ export class Session {
   /** A deep copy of this session's state (KV cache, DeltaNet state, position). Interventions and load stats are not copied. */
   fork(): Session {
     return new Session(this.native.fork(), this.context);
+  }
+
+  /**
+   * Frees the session's native state (KV cache, DeltaNet state, work buffers) now rather than at
+   * garbage collection; the session cannot be used afterwards. Dropped sessions are freed by the
+   * garbage collector too, which knows their native size.
+   */
+  dispose(): void {
+    this.native.dispose();
   }
 
   /** Forgets everything: position 0, empty caches, no expert load. Persistent interventions stay. */

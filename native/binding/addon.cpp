@@ -2,6 +2,8 @@
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/metal/gpu_backend.h"
+#include "backends/metal/runtimes.h"
 #include "core/error.h"
 #include "wraps.h"
 
@@ -9,9 +11,26 @@ namespace moelens::binding {
 
 namespace {
 
+// The backends of this build: cpu, and the GPU runtimes gpu.cmake built (metal, cuda).
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names = {"cpu"};
+#if defined(MOELENS_HAS_METAL)
+  names.push_back("metal");
+#endif
+#if defined(MOELENS_HAS_CUDA)
+  names.push_back("cuda");
+#endif
+  return names;
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
   if (name == "cpu") return std::make_unique<CpuBackend>(threads);
-  fail("unknown backend '", name, "' (this build has: cpu)");
+  std::string all;
+  for (const std::string& n : backend_names()) {
+    if (n != "cpu" && n == name) return std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name));
+    all += (all.empty() ? "" : ", ") + n;
+  }
+  fail("unknown backend '", name, "' (this build has: ", all, ")");
 }
 
 class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
@@ -77,7 +96,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("loadModel", Napi::Function::New(env, LoadModel));
   exports.Set("backends", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     Napi::Array a = Napi::Array::New(info.Env());
-    a.Set(0u, Napi::String::New(info.Env(), "cpu"));
+    const std::vector<std::string> names = backend_names();
+    for (size_t i = 0; i < names.size(); ++i) a.Set(uint32_t(i), Napi::String::New(info.Env(), names[i]));
     return a;
   }));
   return exports;

@@ -103,6 +103,7 @@ class ForwardWorker : public Napi::AsyncWorker {
   void OnOK() override {
     Napi::Env env = Env();
     owner_->busy_ = false;
+    owner_->report_memory(env);
     Napi::Object o = Napi::Object::New(env);
     o.Set("n", Napi::Number::New(env, result_.n));
     o.Set("logitsRows", Napi::Number::New(env, result_.logits_rows));
@@ -129,6 +130,7 @@ class ForwardWorker : public Napi::AsyncWorker {
 
   void OnError(const Napi::Error& e) override {
     owner_->busy_ = false;
+    owner_->report_memory(Env());
     deferred_.Reject(e.Value());
   }
 
@@ -146,7 +148,9 @@ Napi::Function SessionWrap::Init(Napi::Env env) {
                      {InstanceMethod<&SessionWrap::Forward>("forward"), InstanceMethod<&SessionWrap::Reset>("reset"),
                       InstanceMethod<&SessionWrap::Fork>("fork"), InstanceMethod<&SessionWrap::Cancel>("cancel"),
                       InstanceMethod<&SessionWrap::DeltaNetState>("deltanetState"),
-                      InstanceAccessor<&SessionWrap::Position>("position")});
+                      InstanceMethod<&SessionWrap::Dispose>("dispose"),
+                      InstanceAccessor<&SessionWrap::Position>("position"),
+                      InstanceAccessor<&SessionWrap::MemoryBytes>("memoryBytes")});
 }
 
 Napi::Object SessionWrap::Wrap(Napi::Env env, std::shared_ptr<Model> model, std::unique_ptr<Session> session) {
@@ -154,13 +158,35 @@ Napi::Object SessionWrap::Wrap(Napi::Env env, std::shared_ptr<Model> model, std:
   SessionWrap* w = Unwrap(obj);
   w->model_ = std::move(model);
   w->session_ = std::move(session);
+  w->report_memory(env);
   return obj;
 }
 
 SessionWrap::SessionWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<SessionWrap>(info) {}
 
+void SessionWrap::report_memory(Napi::Env env) {
+  const int64_t now = session_ ? int64_t(session_->memory_bytes()) : 0;
+  if (now != reported_bytes_) Napi::MemoryManagement::AdjustExternalMemory(env, now - reported_bytes_);
+  reported_bytes_ = now;
+}
+
+void SessionWrap::Finalize(Napi::Env env) {
+  if (reported_bytes_) Napi::MemoryManagement::AdjustExternalMemory(env, -reported_bytes_);
+  reported_bytes_ = 0;
+}
+
+// Frees the session's state now; the object is unusable afterwards.
+Napi::Value SessionWrap::Dispose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (busy_) throw Napi::Error::New(env, "session is busy: await the running call (or cancel it) before dispose()");
+  session_.reset();
+  model_.reset();
+  report_memory(env);
+  return env.Undefined();
+}
+
 void SessionWrap::check_idle(Napi::Env env) const {
-  if (!session_) throw Napi::Error::New(env, "session is not initialised");
+  if (!session_) throw Napi::Error::New(env, "session was disposed");
   if (busy_) throw Napi::Error::New(env, "session is busy: await the previous prefill/decode before starting another");
 }
 
@@ -207,6 +233,7 @@ Napi::Value SessionWrap::Forward(const Napi::CallbackInfo& info) {
 Napi::Value SessionWrap::Reset(const Napi::CallbackInfo& info) {
   check_idle(info.Env());
   session_->reset();
+  report_memory(info.Env());
   return info.Env().Undefined();
 }
 
@@ -234,6 +261,10 @@ Napi::Value SessionWrap::DeltaNetState(const Napi::CallbackInfo& info) {
 Napi::Value SessionWrap::Cancel(const Napi::CallbackInfo& info) {
   cancel_ = true;
   return info.Env().Undefined();
+}
+
+Napi::Value SessionWrap::MemoryBytes(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), double(reported_bytes_));
 }
 
 Napi::Value SessionWrap::Position(const Napi::CallbackInfo& info) {

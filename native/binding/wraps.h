@@ -35,6 +35,7 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
   static Napi::Function Init(Napi::Env env);
   static Napi::Object Wrap(Napi::Env env, std::shared_ptr<Model> model, std::unique_ptr<Session> session);
   explicit SessionWrap(const Napi::CallbackInfo& info);
+  void Finalize(Napi::Env env) override;
 
  private:
   Napi::Value Forward(const Napi::CallbackInfo& info);
@@ -43,12 +44,18 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value DeltaNetState(const Napi::CallbackInfo& info);
   Napi::Value Position(const Napi::CallbackInfo& info);
+  Napi::Value Dispose(const Napi::CallbackInfo& info);
+  Napi::Value MemoryBytes(const Napi::CallbackInfo& info);
   void check_idle(Napi::Env env) const;
+  // Tells V8 how much native memory this session holds, so that garbage collection of dropped
+  // sessions is scheduled by their real size and not by their small JS wrappers.
+  void report_memory(Napi::Env env);
 
   friend class ForwardWorker;
   std::shared_ptr<Model> model_;  // keeps the weights alive while the session exists
   std::unique_ptr<Session> session_;
   std::atomic<bool> busy_{false};
+  int64_t reported_bytes_ = 0;
   std::atomic<bool> cancel_{false};
 };
 

@@ -31,6 +31,27 @@ Session::Session(const Model& model) : model_(model), be_(model.backend()) {
 
 Session::~Session() = default;
 
+size_t Session::memory_bytes() const {
+  size_t elems = 0;
+  auto add = [&](const std::unique_ptr<Buffer>& b) { elems += b ? b->count() : 0; };
+  for (const LayerState& L : layers_) {
+    add(L.conv);
+    add(L.recurrent);
+    add(L.k_cache);
+    add(L.v_cache);
+  }
+  if (scratch_) {
+    const Scratch& s = *scratch_;
+    for (const auto* b : {&s.ids, &s.h, &s.x, &s.mix, &s.qkv, &s.qkv_conv, &s.z, &s.b, &s.a, &s.core, &s.qg, &s.q, &s.gate,
+                          &s.k, &s.v, &s.attn, &s.router_logits, &s.router_bias, &s.route_ids, &s.route_weights, &s.routed,
+                          &s.shared_g, &s.shared_u, &s.shared_out, &s.shared_gate, &s.logits, &s.t_router_logits,
+                          &s.t_router_probs, &s.t_router_ids, &s.t_router_weights, &s.t_shared_gate, &s.t_residual,
+                          &s.t_residual_mid, &s.t_dn_beta, &s.t_dn_decay, &s.t_dn_norm, &s.t_attn_gate, &s.attn_probs})
+      add(*b);
+  }
+  return elems * 4;
+}
+
 void Session::deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const {
   const ModelConfig& c = model_.config();
   if (layer < 0 || layer >= c.num_layers || c.layer_kinds[size_t(layer)] != LayerKind::DeltaNet)

@@ -63,6 +63,8 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   int position() const { return pos_; }
+  // Bytes of backend memory this session holds (state, caches, work buffers).
+  size_t memory_bytes() const;
   const Model& model() const { return model_; }
 
   ForwardResult forward(const int32_t* ids, int n, const ForwardOptions& options);

@@ -8,7 +8,7 @@ import { ApiError, modelNotFound } from "./api-error";
 import type { Engine, GenerationOutcome } from "./engine";
 import { completeResponse, streamChunk, usage, type Endpoint, type ResponseHead } from "./openai-shapes";
 import { readJsonBody } from "./request-body";
-import { promptIds, tokenBudget } from "./request-prompt";
+import { conversationBoundaries, promptIds, tokenBudget } from "./request-prompt";
 import { SseStream } from "./sse";
 import { parseChatRequest, parseCompletionRequest, type SamplingRequest } from "./validate";
 
@@ -39,7 +39,7 @@ export async function handleCompletion(
 
   const abort = new AbortController();
   const onClose = () => {
-    // sabotaged
+    if (!res.writableFinished) abort.abort(new Error("the client closed the connection"));
   };
   res.on("close", onClose);
   const place = ctx.engine.reserve(abort.signal);
@@ -49,22 +49,31 @@ export async function handleCompletion(
       created: Math.floor(Date.now() / 1000),
       model: ctx.modelId,
     };
-    const job = { prompt, options: generateOptions(request.sampling, maxTokens), routing: request.routing, signal: abort.signal };
+    const job = {
+      prompt,
+      checkpoints: request.kind === "chat" && ctx.engine.cache.enabled ? conversationBoundaries(tokenizer, request, prompt) : undefined,
+      options: generateOptions(request.sampling, maxTokens),
+      routing: request.routing,
+      signal: abort.signal,
+    };
     const includeUsage = request.stream && request.includeUsage;
-    if (!request.stream) {
-      let text = "";
-      const outcome = await ctx.engine.run(place, job, (piece) => (text += piece));
-      if (!abort.signal.aborted) sendJson(res, 200, completeResponse(endpoint, head, text, outcome));
-      return outcome;
-    }
-    const sse = new SseStream(res);
-    if (endpoint === "chat") sse.send(streamChunk(endpoint, head, { role: true, text: "", includeUsage }));
+    // A stream starts now, so a client waiting in the queue already holds an open response.
+    const sse = request.stream ? new SseStream(res) : undefined;
+    if (sse && endpoint === "chat") sse.send(streamChunk(endpoint, head, { role: true, text: "", includeUsage }));
+    let text = "";
+    const onText = sse ? (piece: string) => sse.send(streamChunk(endpoint, head, { text: piece, includeUsage })) : (piece: string) => (text += piece);
     let outcome: GenerationOutcome;
     try {
-      outcome = await ctx.engine.run(place, job, (text) => sse.send(streamChunk(endpoint, head, { text, includeUsage })));
+      outcome = await ctx.engine.run(place, job, onText);
     } catch (e) {
-      if (!abort.signal.aborted) sse.fail(ApiError.from(e).body);
+      if (abort.signal.aborted) return undefined; // the client left while waiting: nobody to tell
+      sse?.fail(ApiError.from(e).body);
       throw e;
+    }
+    if (abort.signal.aborted) return outcome; // the client left during generation (finish "abort")
+    if (!sse) {
+      sendJson(res, 200, completeResponse(endpoint, head, text, outcome));
+      return outcome;
     }
     sse.send(streamChunk(endpoint, head, { text: endpoint === "chat" ? undefined : "", finish: outcome, includeUsage }));
     if (includeUsage) sse.send(streamChunk(endpoint, head, { usage: usage(outcome), includeUsage }));

@@ -2,21 +2,22 @@
 // CPU), behind the bounded queue, resuming from the prefix cache.
 //
 // A request forks the longest cached session whose history starts its prompt, feeds the prompt up to
-// its last token, keeps a fork of that state for later requests, then generates from the last prompt
-// token. Keeping the state one token short lets an identical prompt reuse all but that token.
-// Sessions the engine lets go of are counted, so that their native memory is reclaimed
-// (NativeGarbage).
+// its last token, keeping forks of that state (and at the job's checkpoints) for later requests, then
+// generates from the last prompt token. Keeping the state one token short lets an identical prompt
+// reuse all but that token. Sessions the engine lets go of are disposed of at once, so their native
+// memory does not wait for garbage collection.
 import type { GenerateOptions, FinishReason } from "../generate/generate";
 import type { Model } from "../model";
 import type { CaptureName, Session } from "../session";
 import { PrefixCache, type PrefixCacheLimits } from "./prefix-cache";
 import { RequestQueue, type QueuePlace } from "./request-queue";
 import { mergeLoads, routingSummary, type RoutingSummary } from "./routing-summary";
-import { NativeGarbage, sessionBytes } from "./native-garbage";
 
 export interface GenerationJob {
   /** The whole prompt's token ids (at least one). */
   prompt: number[];
+  /** More prompt lengths at which to keep the state for later requests (ascending). */
+  checkpoints?: number[];
   /** Sampling, stopping and token limit (the signal and capture are the engine's). */
   options: Omit<GenerateOptions, "signal" | "capture">;
   /** Capture the router and report the request's expert load. */
@@ -32,7 +33,9 @@ export interface GenerationOutcome {
   cachedTokens: number;
   /** Tokens sampled (an eos id included). */
   completionTokens: number;
+  /** Time spent waiting for the engine. */
   queueMs: number;
+  /** Time feeding the prompt (the part not cached). */
   prefillMs: number;
   decodeMs: number;
   decodeTokensPerSecond: number;
@@ -43,22 +46,18 @@ export interface EngineOptions {
   /** Requests that may wait while one runs. */
   maxQueue: number;
   prefixCache: PrefixCacheLimits;
-  /** Bytes of dropped sessions after which the engine runs a garbage collection (default 256 MiB). */
-  collectAfterBytes?: number;
 }
 
 export class Engine {
   readonly queue: RequestQueue;
   readonly cache: PrefixCache;
-  readonly garbage: NativeGarbage;
 
   constructor(
     private readonly model: Model,
     options: EngineOptions,
   ) {
     this.queue = new RequestQueue(options.maxQueue);
-    this.garbage = new NativeGarbage(options.collectAfterBytes ?? 256 * 2 ** 20);
-    this.cache = new PrefixCache(model.config, options.prefixCache, (_session, bytes) => this.garbage.drop(bytes));
+    this.cache = new PrefixCache(options.prefixCache);
   }
 
   /** A place in the queue, or a 503 ApiError when it is full. Give it to run(). */
@@ -86,10 +85,11 @@ export class Engine {
       const base = job.routing ? entry?.load : undefined;
       const cachedTokens = entry?.tokens.length ?? 0;
 
-      const head = prompt.slice(cachedTokens, prompt.length - 1);
-      if (head.length > 0) {
-        await session.prefill(head, { logits: "none", capture, signal });
-        this.cache.add(prompt.slice(0, -1), session.fork(), mergeLoads(base, session.expertLoad));
+      // Feed all but the last prompt token, keeping the state at each checkpoint and at the end.
+      for (const end of [...(job.checkpoints ?? []), prompt.length - 1]) {
+        if (end <= session.position) continue;
+        await session.prefill(prompt.slice(session.position, end), { logits: "none", capture, signal });
+        if (this.cache.enabled) this.cache.add(prompt.slice(0, end), session.fork(), mergeLoads(base, session.expertLoad));
       }
       const headMs = performance.now() - start;
 
@@ -105,7 +105,7 @@ export class Engine {
       if (finishReason === "eos") history.pop(); // sampled, not fed
       const load = mergeLoads(base, session.expertLoad);
       // An abort inside the last prompt token's prefill leaves the session short of the history.
-      if (session.position === history.length) this.cache.add(history, session.fork(), load);
+      if (this.cache.enabled && session.position === history.length) this.cache.add(history, session.fork(), load);
       return {
         finishReason,
         promptTokens: prompt.length,
@@ -119,8 +119,7 @@ export class Engine {
       };
     } finally {
       place.release();
-      if (session) this.garbage.drop(sessionBytes(this.model.config, session.position));
-      this.garbage.collectIfDue();
+      session?.dispose();
     }
   }
 }

@@ -2,12 +2,10 @@
 // saved session can only continue a prompt that starts with its whole token history; the cache
 // keeps sessions at the end of earlier prompts (and after earlier replies), and a request forks the
 // longest one whose history is a strict prefix of its prompt (strict: the last prompt token must
-// still be fed, for its logits). Bounded by entry count and by an estimate of the state's bytes;
-// the least recently used entries go first.
-import type { ModelConfig } from "../config";
+// still be fed, for its logits). Bounded by entry count and by the sessions' native bytes; the least
+// recently used entries go first, and every session the cache lets go of is disposed of at once.
 import type { Session } from "../session";
 import type { ExpertLoad } from "../trace/expert-load";
-import { sessionBytes } from "./native-garbage";
 
 export interface PrefixCacheLimits {
   /** Most sessions kept (0 turns the cache off). */
@@ -29,12 +27,11 @@ export class PrefixCache {
   // Least recently used first.
   private entries: CacheEntry[] = [];
 
-  constructor(
-    private readonly config: ModelConfig,
-    readonly limits: PrefixCacheLimits,
-    /** Called with each session the cache lets go of (evicted, replaced, refused or cleared). */
-    private readonly onDrop: (session: Session, bytes: number) => void = () => undefined,
-  ) {}
+  constructor(readonly limits: PrefixCacheLimits) {}
+
+  get enabled(): boolean {
+    return this.limits.entries > 0;
+  }
 
   get size(): number {
     return this.entries.length;
@@ -61,12 +58,12 @@ export class PrefixCache {
    */
   add(tokens: readonly number[], session: Session, load: ExpertLoad | undefined): void {
     if (session.position !== tokens.length) throw new Error(`prefix cache: the session holds ${session.position} tokens, not ${tokens.length}`);
-    const bytes = sessionBytes(this.config, tokens.length);
-    if (this.limits.entries === 0 || tokens.length === 0 || bytes > this.limits.bytes) return this.onDrop(session, bytes);
+    const bytes = session.memoryBytes;
+    if (this.limits.entries === 0 || tokens.length === 0 || bytes > this.limits.bytes) return session.dispose();
     const same = this.entries.find((e) => e.tokens.length === tokens.length && isPrefix(e.tokens, tokens));
     if (same && same.load && !load) {
       this.touch(same);
-      return this.onDrop(session, bytes);
+      return session.dispose();
     }
     if (same) this.remove(same);
     this.entries.push({ tokens: [...tokens], session, load, bytes });
@@ -79,7 +76,7 @@ export class PrefixCache {
 
   private remove(e: CacheEntry): void {
     this.entries.splice(this.entries.indexOf(e), 1);
-    this.onDrop(e.session, e.bytes);
+    e.session.dispose();
   }
 
   private touch(e: CacheEntry): void {

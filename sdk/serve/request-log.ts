@@ -1,5 +1,6 @@
 // One log line per request (to stderr by default): time, method, path, status, tokens, decode speed,
-// duration. A generation adds its token counts and finish reason; a client that went away is marked.
+// duration. A generation adds its token counts, finish reason, queue wait and prefill time; a client
+// that went away is marked.
 import type { GenerationOutcome } from "./engine";
 
 export interface RequestRecord {
@@ -24,6 +25,8 @@ export function formatRequestLine(r: RequestRecord, now = new Date()): string {
       `cached=${g.cachedTokens}`,
       `completion=${g.completionTokens}`,
       `finish=${g.finishReason}`,
+      `queue=${g.queueMs.toFixed(0)}ms`,
+      `prefill=${g.prefillMs.toFixed(0)}ms`,
       `${g.decodeTokensPerSecond.toFixed(1)} tok/s`,
     );
   }

@@ -15,6 +15,14 @@ interface Route {
   handler: Handler;
 }
 
+/** GET /health */
+export interface Health {
+  status: "ok";
+  model: string;
+  queue: { running: number; waiting: number; max_waiting: number };
+  prefix_cache: { entries: number; bytes: number; max_entries: number; max_bytes: number };
+}
+
 export interface RouteContext extends CompletionContext {
   /** Unix time the server started (the model's `created`). */
   started: number;
@@ -29,12 +37,13 @@ export function buildRoutes(ctx: RouteContext): Route[] {
       authenticated: false,
       handler: async (_req, res) => {
         const { queue, cache } = ctx.engine;
-        sendJson(res, 200, {
+        const health: Health = {
           status: "ok",
           model: ctx.modelId,
           queue: { running: queue.running, waiting: queue.queued, max_waiting: queue.maxWaiting },
           prefix_cache: { entries: cache.size, bytes: cache.bytes, max_entries: cache.limits.entries, max_bytes: cache.limits.bytes },
-        });
+        };
+        sendJson(res, 200, health);
       },
     },
     {

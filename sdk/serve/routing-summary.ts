@@ -20,7 +20,7 @@ export interface RoutingSummary {
   tokens: number;
   experts: number;
   experts_per_token: number;
-  /** The load-balancing loss as training computes it, over all layers (1 is perfectly balanced). */
+  /** The load-balancing loss as training computes it, over all layers (experts_per_token when perfectly balanced). */
   aux_loss: number;
   layers: LayerRouting[];
 }

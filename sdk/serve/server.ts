@@ -82,6 +82,9 @@ export async function serve(model: Model, options: ServeOptions = {}): Promise<M
   };
 
   const server = http.createServer((req, res) => {
+    // A client that resets the connection makes the request stream emit 'error'; a body reader sees
+    // it through its iterator, and with no listener at all it would be an uncaught exception.
+    req.on("error", () => undefined);
     const done = handle(req, res)
       .catch((e) => log(`moelens serve: unexpected failure: ${(e as Error).stack ?? e}`))
       .finally(() => inFlight.delete(done));
