@@ -60,6 +60,13 @@ export interface SessionContext {
   generation?: GenerationContext;
 }
 
+// The running moelens Jupyter kernel publishes itself here (kernel/bridge.ts).
+function kernelBridge(): { onInterrupt(hook: () => void): () => void } | undefined {
+  return (globalThis as Record<symbol, { onInterrupt(hook: () => void): () => void } | undefined>)[
+    Symbol.for("moelens.kernel")
+  ];
+}
+
 function toIds(ids: ArrayLike<number>, vocab: number): Int32Array {
   if (ids.length === 0) throw new RangeError("prefill: no token ids given");
   const out = new Int32Array(ids.length);
@@ -203,6 +210,8 @@ export class Session {
     signal?.throwIfAborted();
     const onAbort = () => this.native.cancel();
     signal?.addEventListener("abort", onAbort);
+    // Inside the moelens Jupyter kernel, interrupting the cell cancels the native work too.
+    const removeInterruptHook = kernelBridge()?.onInterrupt(onAbort);
     const start = this.native.position;
     try {
       const r = await this.native.forward(ids, {
@@ -221,6 +230,7 @@ export class Session {
       return result;
     } finally {
       signal?.removeEventListener("abort", onAbort);
+      removeInterruptHook?.();
     }
   }
 
