@@ -119,6 +119,28 @@ inline float group_qdot(const uint8_t* q, const float* x, int gs, int bits) {
     for (int i = 0; i < gs; i += 8) acc = _mm256_fmadd_ps(bytes8(q + i), _mm256_loadu_ps(x + i), acc);
   }
   return hsum(acc);
+#elif MOELENS_NEON
+  float32x4_t acc0 = vdupq_n_f32(0.f), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  int i = 0;
+  for (; i + 16 <= gs; i += 16) {
+    uint8x16_t v;
+    if (bits == 4) {
+      // 8 bytes hold 16 values, low nibble first: unpack and interleave back into column order.
+      uint8x8_t b = vld1_u8(q + i / 2);
+      uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(0x0F)), vshr_n_u8(b, 4));
+      v = vcombine_u8(z.val[0], z.val[1]);
+    } else {
+      v = vld1q_u8(q + i);
+    }
+    uint16x8_t lo = vmovl_u8(vget_low_u8(v)), hi = vmovl_u8(vget_high_u8(v));
+    acc0 = vfmaq_f32(acc0, vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), vld1q_f32(x + i));
+    acc1 = vfmaq_f32(acc1, vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo))), vld1q_f32(x + i + 4));
+    acc2 = vfmaq_f32(acc2, vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), vld1q_f32(x + i + 8));
+    acc3 = vfmaq_f32(acc3, vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi))), vld1q_f32(x + i + 12));
+  }
+  float acc = vaddvq_f32(vaddq_f32(vaddq_f32(acc0, acc1), vaddq_f32(acc2, acc3)));
+  for (; i < gs; ++i) acc += float(bits == 4 ? (q[i / 2] >> (4 * (i & 1))) & 0xF : q[i]) * x[i];
+  return acc;
 #else
   float acc = 0.f;
   if (bits == 4) {
@@ -270,6 +292,18 @@ float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in) {
         acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), acc);
       }
       float s = hsum(acc);
+      for (; i < cols; ++i) s += load_float(row.data, w.dtype, size_t(i)) * x[i];
+      return s;
+    }
+#elif MOELENS_NEON
+    case DType::BF16: {
+      float32x4_t acc = vdupq_n_f32(0.f);
+      int64_t i = 0;
+      for (; i + 4 <= cols; i += 4) {
+        uint16x4_t h = vld1_u16(reinterpret_cast<const uint16_t*>(row.data) + i);
+        acc = vfmaq_f32(acc, vreinterpretq_f32_u32(vshll_n_u16(h, 16)), vld1q_f32(x + i));
+      }
+      float s = vaddvq_f32(acc);
       for (; i < cols; ++i) s += load_float(row.data, w.dtype, size_t(i)) * x[i];
       return s;
     }
