@@ -9,7 +9,9 @@ import type { GenerationContext } from "./generate/generate";
 import { loadGenerationConfig, type GenerationConfig } from "./generate/generation-config";
 import { loadTokenizer, type Tokenizer } from "./tokenizer/tokenizer";
 
-export type BackendName = "cpu";
+/** "metal" and "cuda" exist where the native build has them (`backends()` lists them); on Linux,
+ * "metal" runs the Metal host over a mock Objective-C runtime on the CPU emulator of the kernels. */
+export type BackendName = "cpu" | "metal" | "cuda";
 
 export interface LoadOptions {
   /** Compute backend (default "cpu"). */

@@ -1,0 +1,96 @@
+// moelens-emu-selftest: the emulator's own checks, on kernels that break the portable subset's rules
+// (broken.metal): each must be reported (or, for a missing barrier, give a wrong result in some thread
+// order), and the collectives must compute what MSL specifies. Exits 1 on the first check that fails.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emulator/emulator.h"
+#include "kernels.h"
+#include "launch.h"
+
+namespace moelens::gpu::kernels {
+using EmuLauncher = void (*)(const KernelLaunch&);
+extern const EmuLauncher kEmuLaunchers[];
+}  // namespace moelens::gpu::kernels
+
+namespace {
+
+using moelens::gpu::KernelLaunch;
+namespace k = moelens::gpu::kernels;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  if (!ok) ++failures;
+}
+
+// Runs kernel `id` on one threadgroup of `threads`; returns the error message ("" when none).
+std::string launch(k::Id id, uint32_t threads, std::vector<float>& out, msl_emu::Order order) {
+  KernelLaunch L;
+  L.buffers[0] = out.data();
+  L.threads[0] = threads;
+  msl_emu::set_order(order, 7);
+  try {
+    k::kEmuLaunchers[int(id)](L);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+int main() {
+  using msl_emu::Order;
+  std::vector<float> out(256, 0.0f);
+
+  // A missing barrier: hidden in forward order, exposed in reverse and random order.
+  auto correct = [&] {
+    for (int i = 0; i < 64; ++i)
+      if (out[size_t(i)] != (i > 0 ? float(i - 1) : 0.0f)) return false;
+    return true;
+  };
+  check(launch(k::Id::missing_barrier, 64, out, Order::Forward).empty() && correct(),
+        "missing barrier: forward order happens to be right");
+  check(launch(k::Id::missing_barrier, 64, out, Order::Reverse).empty() && !correct(),
+        "missing barrier: reverse order reads the NaN poison");
+  for (Order o : {Order::Forward, Order::Reverse, Order::Random})
+    check(launch(k::Id::with_barrier, 64, out, o).empty() && correct(),
+          std::string("with the barrier: right in ") + msl_emu::order_name(o) + " order");
+
+  std::string e = launch(k::Id::barrier_not_reached, 64, out, Order::Forward);
+  check(contains(e, "is not reached by thread 32 (it returned)"), "barrier not reached: " + e);
+  e = launch(k::Id::two_barriers, 64, out, Order::Forward);
+  check(contains(e, "barriers need uniform control flow"), "two barriers: " + e);
+  e = launch(k::Id::divergent_simd_sum, 32, out, Order::Forward);
+  check(contains(e, "is not reached by lane 16"), "divergent simd_sum: " + e);
+  e = launch(k::Id::simd_sum_against_barrier, 32, out, Order::Forward);
+  check(contains(e, "collectives need uniform control flow"), "simd_sum against a barrier: " + e);
+  e = launch(k::Id::too_much_threadgroup_memory, 32, out, Order::Forward);
+  check(contains(e, "exceeds the 32 KiB limit"), "threadgroup memory: " + e);
+  e = launch(k::Id::shuffle_out_of_range, 32, out, Order::Forward);
+  check(contains(e, "simd_shuffle from lane 40"), "shuffle out of range: " + e);
+  e = launch(k::Id::misaligned_vector_load, 32, out, Order::Forward);
+  check(contains(e, "is not aligned to 16 bytes"), "misaligned vector load: " + e);
+  e = launch(k::Id::with_barrier, 48, out, Order::Forward);
+  check(contains(e, "not a multiple of 32"), "threadgroup of 48 threads: " + e);
+
+  e = launch(k::Id::collectives, 32, out, Order::Random);
+  bool ok = e.empty();
+  for (int l = 0; l < 32 && ok; ++l) {
+    ok &= out[size_t(l)] == 496.0f && out[32 + size_t(l)] == 31.0f && out[64 + size_t(l)] == float(l * (l - 1) / 2);
+    ok &= out[96 + size_t(l)] == float(l + 3 < 32 ? l + 3 : l) && out[128 + size_t(l)] == float(l ^ 5);
+    ok &= out[160 + size_t(l)] == 7.0f;
+  }
+  check(ok, "simd_sum, simd_max, simd_prefix_exclusive_sum, simd_shuffle_down, simd_shuffle_xor, simd_broadcast" +
+                (e.empty() ? "" : ": " + e));
+
+  std::printf("%s\n", failures ? "emulator self-test FAILED" : "emulator self-test passed");
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The first run of the Metal backend on a Mac (Apple Silicon), and every run after a kernel change:
+#   1. the machine; 2. every .metal file compiled offline at each MSL version the host uses (when the
+#   offline Metal compiler is installed; the runtime compile is step 4 either way); 3. the tools;
+#   4. every kernel against the CPU backend on the GPU (three seeds); 5. the same on the CPU emulator
+#   (what Linux CI runs); 6. teacher-forced and greedy agreement on every fixture; 7. the JavaScript
+#   end-to-end test (npm install builds the addon with the real Metal host); 8. with a checkpoint, the
+#   decode/prefill benchmark and agreement on it. Prints one report and writes it to
+#   build/first-mac-run/report.txt. Until this has run on a Mac, docs/metal.md calls the Metal backend
+#   "built and emulated, not run".
+#
+# usage: scripts/first-mac-run.sh [CHECKPOINT_DIR]
+#   CHECKPOINT_DIR  a Qwen3.6-35B-A3B 4-bit checkpoint (mlx-community or synthetic) for step 8
+#   PEAK_GBPS       the Mac's memory bandwidth for the report (default 614, an M5 Max)
+#   FIRST_MAC_RUN_ANYWHERE=1  rehearse on Linux, where "metal" is the mock runtime over the emulator
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out="$root/build/first-mac-run"
+mkdir -p "$out"
+report="$out/report.txt"
+: >"$report"
+model="${1:-}"
+peak="${PEAK_GBPS:-614}"
+jobs=$(sysctl -n hw.ncpu 2>/dev/null || nproc)
+msl_versions=(3.0)  # MTLLanguageVersion3_0 in native/backends/metal/metal_runtime.cpp
+
+if [ "$(uname -s)" != "Darwin" ] && [ "${FIRST_MAC_RUN_ANYWHERE:-}" != "1" ]; then
+  echo "first-mac-run: this is for macOS on Apple Silicon (FIRST_MAC_RUN_ANYWHERE=1 rehearses it elsewhere)" >&2
+  exit 2
+fi
+
+results=()
+say() { echo "$@" | tee -a "$report"; }
+# step NAME COMMAND...: runs the command, keeps its output in the report, records PASS/FAIL.
+step() {
+  local name="$1"
+  shift
+  say ""
+  say "== $name"
+  say "\$ $*"
+  if "$@" >"$out/step.log" 2>&1; then
+    results+=("PASS  $name")
+  else
+    results+=("FAIL  $name (exit $?)")
+  fi
+  tee -a "$report" <"$out/step.log"
+}
+
+say "moelens first Mac run, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+if [ "$(uname -s)" = "Darwin" ]; then
+  say "$(sw_vers -productName) $(sw_vers -productVersion) ($(sw_vers -buildVersion)), $(uname -m)"
+  say "chip: $(sysctl -n machdep.cpu.brand_string), memory $(($(sysctl -n hw.memsize) / 1073741824)) GiB"
+  say "$(system_profiler SPDisplaysDataType 2>/dev/null | grep -E 'Chipset Model|Total Number of Cores|Metal' | sed 's/^ *//')"
+else
+  say "rehearsal on $(uname -sm): the metal runtime is the mock Objective-C runtime over the CPU emulator"
+fi
+say "node $(node --version 2>/dev/null || echo 'missing'), $(cmake --version | head -1)"
+
+# 2. Offline compile of each file at each MSL version (needs Xcode's Metal toolchain).
+offline_compile() {
+  local v f
+  for v in "${msl_versions[@]}"; do
+    for f in shaders/*.metal; do
+      echo "metal -std=metal$v $f"
+      xcrun -sdk macosx metal -std="metal$v" -I shaders -c "$f" -o "$out/$(basename "$f" .metal)-$v.air" || return 1
+    done
+  done
+}
+if xcrun -sdk macosx -f metal >/dev/null 2>&1; then
+  step "offline compile of shaders/*.metal at MSL ${msl_versions[*]}" offline_compile
+else
+  say ""
+  say "== offline compile skipped: no Metal compiler (xcrun metal); step 4 compiles every file at run time"
+fi
+
+# 3. Tools: kernel tests, benchmark, emulator self-test.
+build_tools() {
+  cmake -S native -B "$out/build" -DMOELENS_GPU_CHECK=ON -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$out/build" -j "$jobs" --target moelens-gpu-check moelens-gpu-bench moelens-emu-selftest
+}
+step "build the tools" build_tools
+tools="$out/build"
+
+# 4. Every kernel on the GPU against the CPU backend, on fresh random inputs.
+for seed in 1 2 3; do
+  step "kernels on the GPU against the CPU backend (seed $seed)" "$tools/moelens-gpu-check" --runtime metal --seed "$seed"
+done
+
+# 5. The same kernels on the CPU emulator, in three thread orders (what Linux CI checks).
+step "emulator self-test" "$tools/moelens-emu-selftest"
+step "kernels on the emulator, forward/reverse/random" "$tools/moelens-gpu-check"
+
+# 6. Teacher-forced top-1 and greedy decoding against the CPU backend on every fixture.
+fixtures=()
+for d in test/fixtures/*/hf test/fixtures/*/mlx; do [ -f "$d/config.json" ] && fixtures+=("$d"); done
+step "agreement with the CPU backend on the fixtures" "$tools/moelens-gpu-bench" agree "${fixtures[@]}" --backend metal --positions 128 --decode 32
+
+# 7. The addon with the Metal host, end to end from JavaScript.
+js_end_to_end() { npm install --no-audit --no-fund && npx vitest run test/metal.test.ts; }
+step "JavaScript end to end (test/metal.test.ts)" js_end_to_end
+
+# 8. The checkpoint: benchmark and agreement.
+if [ -n "$model" ]; then
+  step "decode and prefill benchmark on $model" "$tools/moelens-gpu-bench" speed "$model" --backend metal --prompt 256 --decode 64 --peak-gbps "$peak"
+  step "agreement with the CPU backend on $model" "$tools/moelens-gpu-bench" agree "$model" --backend metal --positions 32 --decode 16
+else
+  say ""
+  say "== benchmark skipped: pass a checkpoint directory to run it"
+fi
+
+say ""
+say "== summary"
+failed=0
+for r in "${results[@]}"; do
+  say "$r"
+  [[ "$r" == FAIL* ]] && failed=1
+done
+say ""
+if [ "$failed" = 0 ] && [ "$(uname -s)" = "Darwin" ]; then
+  say "All steps passed. docs/metal.md may now say: Metal backend run on this Mac (see the report above)."
+fi
+say "report: $report"
+exit "$failed"

@@ -1,0 +1,108 @@
+// Gated DeltaNet: the depthwise causal conv + SiLU, and the gated delta rule with an fp32 state
+// (model-reference.md §2.3).
+#include <metal_stdlib>
+using namespace metal;
+#include "common.h"
+
+// log(1 + e^x) as torch computes it (x above 20 returns x); small e^x takes the series so that the
+// result keeps its relative precision, as log1p does.
+inline float softplus(float x) {
+  if (x > 20.0f) return x;
+  const float e = exp(x);
+  return e < 1e-4f ? e * (1.0f - 0.5f * e) : log(1.0f + e);
+}
+
+// One thread per channel: out[t, c] = silu(Σ_j w[c, j] · stream[t + j, c]) where stream is the
+// `kernel-1` cached raw inputs followed by x; the cache then keeps the last kernel-1 rows of the stream.
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_silu(device const float* x [[buffer(0)]], device float* state [[buffer(1)]],
+                      device const float* w [[buffer(2)]], device float* out [[buffer(3)]],
+                      constant ConvParams& p [[buffer(4)]], uint c [[thread_position_in_grid]]) {
+  if (c >= p.channels) return;
+  const uint past = p.kernel - 1u;
+  float window[CONV_MAX_KERNEL];
+  for (uint j = 0; j < past; ++j) window[j] = state[ulong(j) * p.channels + c];
+  device const float* wc = w + ulong(c) * p.kernel;
+  for (uint t = 0; t < p.n; ++t) {
+    window[past] = x[ulong(t) * p.channels + c];
+    float acc = 0.0f;
+    for (uint j = 0; j < p.kernel; ++j) acc += wc[j] * window[j];
+    out[ulong(t) * p.channels + c] = silu(acc);
+    for (uint j = 0; j < past; ++j) window[j] = window[j + 1u];
+  }
+  for (uint j = 0; j < past; ++j) state[ulong(j) * p.channels + c] = window[j];
+}
+
+// The gated delta rule, token by token, for one value head per threadgroup; thread j owns column j of
+// the head's state S [key_dim, value_dim] and keeps it in registers across the tokens:
+//   S = exp(g)·S;  m = Sᵀk;  δ = β(v − m);  S += k⊗δ;  o = Sᵀq
+// with q, k l2-normalised (q also scaled by key_dim^-½), β = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias).
+// Threads per threadgroup = value_dim (a multiple of 32).
+[[max_total_threads_per_threadgroup(DELTANET_MAX_VALUE_DIM)]] kernel void deltanet(device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]],
+                     device const float* a [[buffer(2)]], device const float* A_log [[buffer(3)]],
+                     device const float* dt_bias [[buffer(4)]], device float* state [[buffer(5)]],
+                     device float* out [[buffer(6)]], device float* trace_beta [[buffer(7)]],
+                     device float* trace_decay [[buffer(8)]], device float* trace_norm [[buffer(9)]],
+                     constant DeltaNetParams& p [[buffer(10)]], uint hv [[threadgroup_position_in_grid]],
+                     uint j [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]],
+                     uint simdgroups [[simdgroups_per_threadgroup]]) {
+  threadgroup float q[DELTANET_MAX_KEY_DIM];
+  threadgroup float k[DELTANET_MAX_KEY_DIM];
+  threadgroup float scratch[32];
+
+  const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
+  const uint key_total = p.key_heads * Dk;
+  const uint conv_dim = 2u * key_total + Hv * Dv;
+  const uint kh = hv / (Hv / p.key_heads);
+  const float q_scale = 1.0f / sqrt(float(Dk));
+  const float neg_A = -exp(A_log[hv]);
+
+  device float* S = state + ulong(hv) * Dk * Dv;
+  float s[DELTANET_MAX_KEY_DIM];
+  for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i) s[i] = i < Dk ? S[ulong(i) * Dv + j] : 0.0f;
+
+  for (uint t = 0; t < p.n; ++t) {
+    device const float* row = qkv + ulong(t) * conv_dim;
+    float qq = 0.0f, kk = 0.0f;
+    for (uint i = j; i < Dk; i += Dv) {
+      const float qv = row[kh * Dk + i], kv = row[key_total + kh * Dk + i];
+      q[i] = qv;
+      k[i] = kv;
+      qq += qv * qv;
+      kk += kv * kv;
+    }
+    qq = threadgroup_sum(qq, scratch, sg, lane, simdgroups);
+    kk = threadgroup_sum(kk, scratch, sg, lane, simdgroups);
+    const float qn = q_scale / sqrt(qq + p.eps), kn = 1.0f / sqrt(kk + p.eps);
+    const float beta = sigmoid(b[ulong(t) * Hv + hv]);
+    const float decay = exp(neg_A * softplus(a[ulong(t) * Hv + hv] + dt_bias[hv]));
+
+    const float v = row[2u * key_total + hv * Dv + j];
+    float m = 0.0f;
+    for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i) {
+      if (i < Dk) {
+        s[i] *= decay;
+        m += s[i] * (k[i] * kn);
+      }
+    }
+    const float delta = beta * (v - m);
+    float o = 0.0f, norm2 = 0.0f;
+    for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i) {
+      if (i < Dk) {
+        s[i] += (k[i] * kn) * delta;
+        o += s[i] * (q[i] * qn);
+        norm2 += s[i] * s[i];
+      }
+    }
+    out[ulong(t) * Hv * Dv + ulong(hv) * Dv + j] = o;
+    if (p.trace_norm != 0u) {
+      norm2 = threadgroup_sum(norm2, scratch, sg, lane, simdgroups);
+      if (j == 0u) trace_norm[ulong(t) * Hv + hv] = sqrt(norm2);
+    }
+    if (j == 0u && p.trace_beta != 0u) trace_beta[ulong(t) * Hv + hv] = beta;
+    if (j == 0u && p.trace_decay != 0u) trace_decay[ulong(t) * Hv + hv] = decay;
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // q and k are overwritten by the next token
+  }
+  for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i)  // a constant trip count keeps s[] in registers
+    if (i < Dk) S[ulong(i) * Dv + j] = s[i];
+}

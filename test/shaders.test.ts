@@ -1,0 +1,106 @@
+// The GPU kernels on the CPU emulator of MSL (`npm run test:shaders`): every kernel function found in
+// shaders/*.metal must pass against the CPU backend in the forward, reverse and random thread orders;
+// the emulator must reject kernels that break the portable subset's rules; and the translator's lint
+// must reject what Apple's compiler rejects but C++ accepts.
+import { spawnSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { beforeAll, describe, expect, test } from "vitest";
+
+const root = path.resolve(__dirname, "..");
+const buildDir = path.join(root, "build", "shaders");
+const shadersDir = path.join(root, "shaders");
+
+function run(cmd: string, args: string[], timeoutMs = 120_000) {
+  const r = spawnSync(cmd, args, { cwd: root, encoding: "utf8", timeout: timeoutMs });
+  return { status: r.status, out: (r.stdout ?? "") + (r.stderr ?? "") };
+}
+
+// Kernel functions declared in the shader sources, found independently of the translator.
+function kernelNames(): string[] {
+  const names: string[] = [];
+  for (const f of fs.readdirSync(shadersDir).filter((f) => f.endsWith(".metal"))) {
+    const text = fs.readFileSync(path.join(shadersDir, f), "utf8");
+    for (const m of text.matchAll(/\bkernel\s+void\s+(\w+)\s*\(/g)) names.push(m[1]);
+  }
+  return names;
+}
+
+let checkOutput = "";
+let checkStatus: number | null = null;
+
+beforeAll(() => {
+  // Builds (incrementally) and runs both test binaries, as `npm run test:shaders` does.
+  const r = run("bash", ["native/tools/test-shaders.sh"], 900_000);
+  checkOutput = r.out;
+  checkStatus = r.status;
+}, 900_000);
+
+describe("kernels on the emulator", () => {
+  test("shaders/ has kernels", () => {
+    expect(kernelNames().length).toBeGreaterThan(10);
+  });
+
+  // gpu.cmake compiles the translated shaders with clang in strict address-space mode when it finds
+  // clang (CI installs clang-19); a failure there fails the build above.
+  const hasClang = spawnSync("sh", ["-c", "command -v clang++-19 || command -v clang++"]).status === 0;
+  test.runIf(hasClang)("every shader passes clang's strict address-space mode", () => {
+    for (const f of fs.readdirSync(shadersDir).filter((f) => f.endsWith(".metal"))) {
+      const stamp = path.join(buildDir, "shaders", f.replace(/\.metal$/, ".strict.stamp"));
+      expect(fs.existsSync(stamp), `${stamp}\n${checkOutput}`).toBe(true);
+    }
+  });
+
+  test("the emulator's self-test passes", () => {
+    expect(checkOutput).toContain("emulator self-test passed");
+  });
+
+  test("every kernel matches the CPU backend in every thread order", () => {
+    const lines = new Map<string, string>();
+    for (const line of checkOutput.split("\n")) {
+      const m = /^(\w+)\s+shapes: .*\| orders: (.*) \| (.*)$/.exec(line);
+      if (m) lines.set(m[1], `${m[2]} | ${m[3]}`);
+    }
+    const problems: string[] = [];
+    for (const name of kernelNames()) {
+      const line = lines.get(name);
+      if (!line) problems.push(`${name}: no line in the report`);
+      else if (line !== "forward,reverse,random | ok") problems.push(`${name}: ${line}`);
+    }
+    expect(problems, checkOutput).toEqual([]);
+    expect(checkStatus, checkOutput).toBe(0);
+  });
+});
+
+describe("the lint of the portable MSL subset", () => {
+  const cases: [string, string][] = [
+    ["double", "kernel void k(device float* x [[buffer(0)]]) { double d = 1.0; x[0] = float(d); }"],
+    ["virtual", "struct S { virtual float f() { return 1.0f; } };\nkernel void k(device float* x [[buffer(0)]]) { x[0] = 1.0f; }"],
+    ["recursion", "inline float f(float v) { return v > 1.0f ? f(v - 1.0f) : v; }\nkernel void k(device float* x [[buffer(0)]]) { x[0] = f(3.0f); }"],
+    ["new", "kernel void k(device float* x [[buffer(0)]]) { float* p = new float; x[0] = *p; }"],
+    ["goto", "kernel void k(device float* x [[buffer(0)]]) { goto end; end: x[0] = 1.0f; }"],
+    ["std::", "kernel void k(device float* x [[buffer(0)]]) { x[0] = std::max(1.0f, 2.0f); }"],
+    ["mutable static", "kernel void k(device float* x [[buffer(0)]]) { static float s = 0.0f; s += 1.0f; x[0] = s; }"],
+    ["function pointer", "inline float f(float v) { return v; }\nkernel void k(device float* x [[buffer(0)]]) { float (*g)(float) = f; x[0] = g(1.0f); }"],
+  ];
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "moelens-lint-"));
+  test.each(cases)("rejects %s", (_what, body) => {
+    const file = path.join(tmp, "k.metal");
+    fs.writeFileSync(file, `#include <metal_stdlib>\nusing namespace metal;\n${body}\n`);
+    const r = run(path.join(buildDir, "msl-translate"), ["--out", tmp, file]);
+    expect(r.status, r.out).toBe(1);
+    expect(r.out).toMatch(/k\.metal:\d+: .*not in the portable MSL subset/);
+  });
+
+  test("accepts a conforming kernel", () => {
+    const file = path.join(tmp, "ok.metal");
+    fs.writeFileSync(
+      file,
+      "#include <metal_stdlib>\nusing namespace metal;\ninline float twice(float v) { return 2.0f * v; }\n" +
+        "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = twice(x[i]); }\n",
+    );
+    const r = run(path.join(buildDir, "msl-translate"), ["--out", tmp, file]);
+    expect(r.status, r.out).toBe(0);
+  });
+});
