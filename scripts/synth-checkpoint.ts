@@ -3,7 +3,17 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { parseArgs } from "node:util";
-import { DEFAULT_PRESET, PRESETS, getPreset, planShards, tensorInventory } from "./synth-inventory";
+import {
+  DEFAULT_PRESET,
+  GROUP_SIZE,
+  PRESETS,
+  WEIGHT_STD,
+  configJson,
+  generationConfigJson,
+  getPreset,
+  planShards,
+  tensorInventory,
+} from "./synth-inventory";
 import { existingCheckpointFiles, writeSyntheticCheckpoint, type WriteProgress } from "./synth-writer";
 
 const HELP = `Usage: npx tsx scripts/synth-checkpoint.ts --out DIR [options]
@@ -18,6 +28,8 @@ Options:
   --preset NAME    ${Object.keys(PRESETS).join(" | ")} (default ${DEFAULT_PRESET})
   --seed N         random seed, a non-negative integer (default 0)
   --force          replace a checkpoint already in DIR
+  --manifest FILE  write the plan instead (config files, shards, every tensor's name, dtype, shape and
+                   value distribution) as JSON, for scripts/synth_checkpoint.py on machines without Node
   --help           this text`;
 
 function formatBytes(n: number): string {
@@ -51,12 +63,27 @@ function main(): void {
       preset: { type: "string", default: DEFAULT_PRESET },
       seed: { type: "string", default: "0" },
       force: { type: "boolean", default: false },
+      manifest: { type: "string" },
       help: { type: "boolean", default: false },
     },
     strict: true,
   });
   if (values.help) {
     console.log(HELP);
+    return;
+  }
+  if (values.manifest) {
+    const preset = getPreset(values.preset!);
+    const manifest = {
+      preset: preset.name,
+      groupSize: GROUP_SIZE,
+      weightStd: WEIGHT_STD,
+      config: configJson(preset),
+      generationConfig: generationConfigJson(preset),
+      shards: planShards(tensorInventory(preset), preset.shardBytes),
+    };
+    fs.writeFileSync(values.manifest, JSON.stringify(manifest));
+    console.log(`${values.manifest}: ${manifest.shards.length} shard(s) of ${preset.name}`);
     return;
   }
   if (!values.out) throw new Error("--out DIR is required (see --help)");

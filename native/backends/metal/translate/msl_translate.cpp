@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
