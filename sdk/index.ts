@@ -37,3 +37,34 @@ export type {
 } from "./generate/generate";
 export { serve, type ServeOptions, type MoelensServer } from "./serve/server";
 export type { RoutingSummary, LayerRouting } from "./serve/routing-summary";
+export {
+  Figure,
+  type FigureSpec,
+  type PlotlyTrace,
+  type PlotlyLayout,
+  resendPlotlyLibrary,
+  expertLoadHeatmap,
+  type ExpertLoadHeatmapOptions,
+  type LoadMetric,
+  tokenRouting,
+  type TokenRoutingOptions,
+  expertCoOccurrence,
+  coOccurrenceCounts,
+  type CoOccurrenceOptions,
+  routingConsistency,
+  top1MutualInformation,
+  type RoutingConsistencyOptions,
+  deltanetGates,
+  stateNormCurves,
+  type DeltaNetPlotOptions,
+  attentionMap,
+  type AttentionMapOptions,
+  logitLensTable,
+  type LogitLensTableOptions,
+  tokenLabels,
+  visibleToken,
+  type TokenDecoder,
+  expertColor,
+  expertBackground,
+} from "./plot";
+export { TokenStream, type TokenStreamOptions, type StreamPiece, ProgressBar, LogitLensTable } from "./display";

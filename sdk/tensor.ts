@@ -1,4 +1,5 @@
 // A dense row-major tensor over a typed array: what every capture and every logits result is.
+import { tensorMimeBundle } from "./display/tensor-view";
 export type TensorData = Float32Array | Int32Array;
 
 export class Tensor<D extends TensorData = TensorData> {
@@ -73,6 +74,11 @@ export class Tensor<D extends TensorData = TensorData> {
 
   toArray(): number[] {
     return Array.from(this.data);
+  }
+
+  /** Notebook display: dtype, shape and a preview of the values. */
+  toMimeBundle(): Record<string, unknown> {
+    return tensorMimeBundle(this);
   }
 
   private checkAxis(axis: number): void {

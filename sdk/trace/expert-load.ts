@@ -2,6 +2,7 @@
 // probability mass per layer x expert, and the balance statistics researchers report.
 import type { Table } from "apache-arrow";
 import { arrowTable } from "../arrow";
+import { expertLoadMimeBundle } from "../display/expert-load-view";
 import { Tensor } from "../tensor";
 import type { RouterTrace } from "./router";
 
@@ -90,6 +91,11 @@ export class ExpertLoad {
       loss += (count / rows) * (mass / rows);
     }
     return loss * this.experts;
+  }
+
+  /** Notebook display: balance statistics per layer and the layer x expert heatmap. */
+  toMimeBundle(): Record<string, unknown> {
+    return expertLoadMimeBundle(this);
   }
 
   /** One row per (layer, expert): count, fraction, mass. */

@@ -2,6 +2,7 @@
 // router logits and probabilities, and the shared expert's gate.
 import type { Table } from "apache-arrow";
 import { arrowTable } from "../arrow";
+import { routerTraceMimeBundle } from "../display/router-view";
 import { Tensor } from "../tensor";
 import type { TokenSpan } from "./span";
 
@@ -38,6 +39,11 @@ export class RouterTrace {
     const out = [];
     for (let s = 0; s < this.k; s++) out.push({ expert: this.ids.get(layer, t, s), weight: this.weights.get(layer, t, s) });
     return out;
+  }
+
+  /** Notebook display: the top-1 expert per layer and token on its color (top-k on hover). */
+  toMimeBundle(): Record<string, unknown> {
+    return routerTraceMimeBundle(this);
   }
 
   /** Long form: one row per (layer, position, slot) with token, position, layer, slot, expert, weight. */

@@ -1,44 +1,15 @@
 // The installed kernel under real Jupyter clients from Debian (jupyter_client 7, nbconvert 6):
 // jupyter_kernel_test's conformance suite plus our own protocol checks, and a notebook executed
 // end to end. CI installs the packages (.ci/run); without them these tests fail, saying so.
-import { execFile, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { DISPLAY_NAME, installKernel, uninstallKernel } from "../../kernel/install";
+import { JUPYTER, PYTHON, codeCells, joined, jupyterEnv, requireDebianJupyter, run, type Output, type Run } from "../helpers/jupyter";
 
-const PYTHON = "/usr/bin/python3";
-const JUPYTER = "/usr/bin/jupyter";
 const HERE = __dirname;
-
-interface Run {
-  status: number | null;
-  output: string;
-}
-
-function run(command: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(command, args, { env, timeout: timeoutMs, maxBuffer: 64 << 20, cwd: HERE }, (error, stdout, stderr) => {
-      resolve({ status: error ? (typeof error.code === "number" ? error.code : -1) : 0, output: `${stdout}\n${stderr}` });
-    });
-  });
-}
-
-function requireDebianJupyter(): void {
-  const probe = "import jupyter_client, jupyter_kernel_test, nbclient, nbconvert";
-  try {
-    execFileSync(PYTHON, ["-c", probe], { stdio: "pipe" });
-  } catch {
-    throw new Error(
-      `${PYTHON} lacks Jupyter: apt-get install jupyter-client jupyter-nbconvert python3-nbclient python3-jupyter-kernel-test (see .ci/run)`,
-    );
-  }
-}
-
-type Output = { output_type: string; name?: string; text?: string | string[]; data?: Record<string, unknown>; execution_count?: number; ename?: string; evalue?: string; traceback?: string[] };
-type Cell = { cell_type: string; source: string | string[]; execution_count?: number | null; outputs?: Output[] };
-const joined = (t: string | string[] | undefined) => (Array.isArray(t) ? t.join("") : (t ?? ""));
 
 describe("the moelens kernel under Jupyter", () => {
   let prefix: string;
@@ -52,21 +23,16 @@ describe("the moelens kernel under Jupyter", () => {
     requireDebianJupyter();
     prefix = fs.mkdtempSync(path.join(os.tmpdir(), "moelens-kernel-"));
     specDir = installKernel({ prefix });
-    env = {
-      ...process.env,
-      JUPYTER_PATH: path.join(prefix, "share", "jupyter"),
-      JUPYTER_RUNTIME_DIR: path.join(prefix, "runtime"),
-      PYDEVD_DISABLE_FILE_VALIDATION: "1",
-      PYTHONUNBUFFERED: "1",
-    };
+    env = jupyterEnv(prefix);
     // Both start now and run side by side; each test awaits its own.
-    conformance = run(PYTHON, [path.join(HERE, "test_conformance.py")], env, 150_000);
+    conformance = run(PYTHON, [path.join(HERE, "test_conformance.py")], env, 150_000, HERE);
     notebook = run(
       JUPYTER,
       ["nbconvert", "--to", "notebook", "--execute", "--allow-errors", "--ExecutePreprocessor.timeout=90",
        path.join(HERE, "smoke.ipynb"), "--output-dir", prefix, "--output", "smoke.out"],
       env,
       150_000,
+      HERE,
     );
   });
 
@@ -100,12 +66,7 @@ describe("the moelens kernel under Jupyter", () => {
   test("executes a notebook: counts, results, long output, display updates, errors", async () => {
     const r = await notebook;
     expect(r.status, r.output.slice(-4000)).toBe(0);
-    const cells = (JSON.parse(fs.readFileSync(executed(), "utf8")).cells as Cell[]).filter((c) => c.cell_type === "code");
-    // .ipynb files store multi-line strings as arrays of lines.
-    for (const o of cells.flatMap((c) => c.outputs ?? [])) {
-      o.text = joined(o.text);
-      for (const [mime, data] of Object.entries(o.data ?? {})) if (Array.isArray(data)) o.data![mime] = data.join("");
-    }
+    const cells = codeCells(JSON.parse(fs.readFileSync(executed(), "utf8")));
     expect(cells.map((c) => c.execution_count)).toEqual([1, 2, 3, 4, 5, 6, 7]);
     const [greeting, lines, tokens, failing, after, figure, sdk] = cells.map((c) => c.outputs ?? []);
     const result = (outputs: Output[]) => outputs.find((o) => o.output_type === "execute_result");

@@ -1,0 +1,12 @@
+// Plot builders: pure functions from traces to Plotly figures (JSON specs that also render in notebooks).
+export { Figure, type FigureSpec, type PlotlyTrace, type PlotlyLayout } from "./figure";
+export { resendPlotlyLibrary } from "./plotly-html";
+export { expertLoadHeatmap, type ExpertLoadHeatmapOptions, type LoadMetric } from "./expert-load";
+export { tokenRouting, type TokenRoutingOptions } from "./token-routing";
+export { expertCoOccurrence, coOccurrenceCounts, type CoOccurrenceOptions } from "./co-occurrence";
+export { routingConsistency, top1MutualInformation, type RoutingConsistencyOptions } from "./routing-consistency";
+export { deltanetGates, stateNormCurves, type DeltaNetPlotOptions } from "./deltanet";
+export { attentionMap, type AttentionMapOptions } from "./attention";
+export { logitLensTable, type LogitLensTableOptions } from "./logit-lens";
+export { tokenLabels, visibleToken, type TokenDecoder } from "./labels";
+export { expertColor, expertBackground, seriesColor } from "./colors";

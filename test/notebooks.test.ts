@@ -1,0 +1,199 @@
+// The notebooks in notebooks/, executed by Debian's Jupyter (nbconvert) on the installed moelens
+// kernel: no errors and no type errors, the expected rich outputs (Plotly JSON beside its HTML
+// fallback, plotly.js shipped once per notebook), and, exported to HTML, every chart drawn offline by
+// headless Chromium. CI installs jupyter and chromium (.ci/run).
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { installKernel, uninstallKernel } from "../kernel/install";
+import { JUPYTER, codeCells, joined, jupyterEnv, requireDebianJupyter, run, type Cell, type Output } from "./helpers/jupyter";
+
+const CHROMIUM = "/usr/bin/chromium";
+const NOTEBOOKS = path.resolve(__dirname, "..", "notebooks");
+const NAMES = ["01-quickstart", "02-expert-routing", "03-deltanet-memory", "04-interventions", "05-lesson-moe-and-deltanet"];
+const PLOTLY = "application/vnd.plotly.v1+json";
+const LIBRARY_MARK = "plotly.js v4.1.1";
+
+interface Executed {
+  cells: Cell[];
+  /** Chromium's DOM of the notebook exported to HTML, after its scripts ran. */
+  dom: string;
+}
+
+function requireChromium(): void {
+  if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (see .ci/run)`);
+}
+
+// Headless, offline, no profile left behind: what the issue asks for, plus a fresh profile per run.
+const chromiumArgs = (profile: string) => [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--no-first-run",
+  `--user-data-dir=${profile}`,
+  "--virtual-time-budget=20000",
+];
+
+/** Runs at most n tasks at a time. */
+function limit(n: number): <T>(task: () => Promise<T>) => Promise<T> {
+  let active = 0;
+  const waiting: (() => void)[] = [];
+  return async (task) => {
+    if (active >= n) await new Promise<void>((resolve) => waiting.push(resolve));
+    active++;
+    try {
+      return await task();
+    } finally {
+      active--;
+      waiting.shift()?.();
+    }
+  };
+}
+
+describe("the notebooks under Jupyter and Chromium", () => {
+  let prefix: string;
+  let specDir: string;
+  const results = new Map<string, Promise<Executed>>();
+
+  // Execute, export to HTML, load in Chromium.
+  async function pipeline(name: string, env: NodeJS.ProcessEnv): Promise<Executed> {
+    const executed = await run(
+      JUPYTER,
+      ["nbconvert", "--to", "notebook", "--execute", "--allow-errors", "--ExecutePreprocessor.timeout=120",
+       path.join(NOTEBOOKS, `${name}.ipynb`), "--output-dir", prefix, "--output", name],
+      env, 150_000, prefix,
+    );
+    if (executed.status !== 0) throw new Error(`nbconvert --execute ${name}: ${executed.output.slice(-4000)}`);
+    const notebook = path.join(prefix, `${name}.ipynb`);
+    const html = await run(JUPYTER, ["nbconvert", "--to", "html", notebook, "--output-dir", prefix, "--output", name], env, 60_000, prefix);
+    if (html.status !== 0) throw new Error(`nbconvert --to html ${name}: ${html.output.slice(-4000)}`);
+    const page = `file://${path.join(prefix, `${name}.html`)}`;
+    const args = [...chromiumArgs(path.join(prefix, `chromium-${name}`)), "--dump-dom", page];
+    const dom = await run(CHROMIUM, args, env, 90_000, prefix);
+    if (dom.status !== 0) throw new Error(`chromium ${name}: ${dom.output.slice(-4000)}`);
+    return { cells: codeCells(JSON.parse(fs.readFileSync(notebook, "utf8"))), dom: dom.output };
+  }
+
+  beforeAll(() => {
+    requireDebianJupyter();
+    requireChromium();
+    prefix = fs.mkdtempSync(path.join(os.tmpdir(), "moelens-notebooks-"));
+    specDir = installKernel({ prefix });
+    const env = jupyterEnv(prefix);
+    // Two at a time, for two cores; each test awaits its own notebook.
+    const slot = limit(2);
+    for (const name of NAMES) {
+      const done = slot(() => pipeline(name, env));
+      done.catch(() => undefined); // reported by the test that awaits it
+      results.set(name, done);
+    }
+  });
+
+  afterAll(async () => {
+    await Promise.allSettled(results.values());
+    if (!prefix) return;
+    expect(uninstallKernel({ prefix })).toBe(specDir);
+    fs.rmSync(prefix, { recursive: true, force: true });
+  });
+
+  const outputs = (cells: Cell[]) => cells.flatMap((c) => c.outputs ?? []);
+  const figures = (cells: Cell[]) => outputs(cells).filter((o) => o.data?.[PLOTLY] !== undefined);
+  const plain = (o: Output | undefined) => String(o?.data?.["text/plain"] ?? "");
+  const result = (cell: Cell) => (cell.outputs ?? []).find((o) => o.output_type === "execute_result");
+
+  /** Checks every notebook shares; returns its code cells. */
+  async function executedWell(name: string): Promise<Executed> {
+    const executed = await results.get(name)!;
+    const { cells } = executed;
+    expect(cells.map((c) => c.execution_count)).toEqual(cells.map((_, i) => i + 1));
+    for (const c of cells) {
+      const failed = (c.outputs ?? []).filter((o) => o.output_type === "error" || (o.output_type === "stream" && o.name === "stderr"));
+      expect(failed.map((o) => o.traceback?.join("\n") ?? joined(o.text)), joined(c.source)).toEqual([]);
+    }
+    // MODEL_DIR is the one line to change for another checkpoint.
+    expect(joined(cells[0].source)).toMatch(/^const MODEL_DIR: string = embeddedModelDir;$/m);
+    // Figures: Plotly JSON with an object title, and the HTML fallback; plotly.js in the first only.
+    const figs = figures(cells);
+    for (const f of figs) {
+      const spec = f.data![PLOTLY] as { data: unknown[]; layout: { title?: { text?: string } } };
+      expect(spec.data.length).toBeGreaterThan(0);
+      expect(typeof spec.layout.title?.text).toBe("string");
+      expect(String(f.data!["text/html"])).toContain('<div id="moelens-figure-');
+    }
+    const carriers = figs.filter((f) => String(f.data!["text/html"]).includes(LIBRARY_MARK));
+    if (figs.length > 0) expect(carriers).toEqual([figs[0]]);
+    // Exported to HTML and opened offline, every figure is drawn as SVG.
+    const drawn = executed.dom.split('id="moelens-figure-').slice(1);
+    expect(drawn).toHaveLength(figs.length);
+    drawn.forEach((piece, i) => expect(piece.includes('class="main-svg"'), `figure ${i + 1} of ${name} has no drawn SVG`).toBe(true));
+    return executed;
+  }
+
+  test("01-quickstart: tokens, logits, routing, step-by-step decode, 1,000 streamed tokens", async () => {
+    const { cells } = await executedWell("01-quickstart");
+    const all = outputs(cells);
+    expect(plain(all.find((o) => plain(o).startsWith("Tensor float32 [6, ")))).toMatch(/^Tensor float32 \[6, \d+\]\n\[\[/);
+    expect(all.some((o) => plain(o).startsWith("RouterTrace: ") && String(o.data?.["text/html"]).includes("<table"))).toBe(true);
+    const streams = all.filter((o) => String(o.data?.["text/html"] ?? "").includes('class="moelens-token-stream"'));
+    expect(streams).toHaveLength(2);
+    expect(plain(streams[0]).startsWith("The jury said that the city")).toBe(true);
+    expect(String(streams[0].data!["text/html"])).toContain("30 tokens");
+    expect(String(streams[0].data!["text/html"])).toContain('title="expert ');
+    expect(String(streams[1].data!["text/html"])).toMatch(/1000 tokens · [\d.]+ tokens\/s · length/);
+    expect(all.some((o) => plain(o).startsWith("Loading the model [") && plain(o).includes("100%"))).toBe(true);
+  }, 200_000);
+
+  test("02-expert-routing: routing, loads per domain, balance, co-occurrence, consistency", async () => {
+    const { cells } = await executedWell("02-expert-routing");
+    expect(figures(cells)).toHaveLength(8);
+    const load = outputs(cells).find((o) => plain(o).startsWith("ExpertLoad: "));
+    expect(load?.data?.[PLOTLY]).toBeDefined();
+    expect(String(load?.data?.["text/html"])).toContain("entropy / log E");
+  }, 200_000);
+
+  test("03-deltanet-memory: gates, state norms, a snapshot that matches the trace, resets", async () => {
+    const { cells } = await executedWell("03-deltanet-memory");
+    const snapshot = cells.find((c) => joined(c.source).includes("session.deltanetState("))!;
+    const norms = [...plain(result(snapshot)).matchAll(/fromSnapshot: ([\d.]+), fromTrace: ([\d.]+)/g)];
+    expect(norms.length).toBeGreaterThan(0);
+    for (const [, snap, traced] of norms) expect(Number(snap)).toBeCloseTo(Number(traced), 4);
+    expect(figures(cells)).toHaveLength(7);
+  }, 200_000);
+
+  test("04-interventions: ablation, forcing, shared expert, steering, patching", async () => {
+    const { cells } = await executedWell("04-interventions");
+    expect(figures(cells)).toHaveLength(3);
+    const forcing = result(cells.find((c) => joined(c.source).includes("forceExperts(last, [unlikely])"))!);
+    const forced = /forced: (\d+)/.exec(plain(forcing))![1];
+    expect(plain(forcing)).toMatch(new RegExp(`'chosen now': \\[[^\\]]*'${forced}: `));
+    const steering = outputs(cells).filter((o) => plain(o).startsWith("[scale "));
+    expect(steering.map((o) => plain(o).slice(0, 9))).toEqual(["[scale 0]", "[scale 1]", "[scale 2]"]);
+  }, 200_000);
+
+  test("05-lesson: the renormalised router weights are the ones the model used", async () => {
+    const { cells } = await executedWell("05-lesson-moe-and-deltanet");
+    const check = result(cells.find((c) => joined(c.source).includes("probability / top-k sum"))!);
+    const pairs = [...plain(check).matchAll(/'probability \/ top-k sum': ([\d.]+),\s+'weight used': ([\d.]+)/g)];
+    expect(pairs.length).toBeGreaterThan(0);
+    for (const [, renormalised, used] of pairs) expect(Number(renormalised)).toBeCloseTo(Number(used), 3);
+    expect(figures(cells)).toHaveLength(5);
+  }, 200_000);
+});
+
+describe("the committed notebooks", () => {
+  test("carry no outputs, use the moelens kernel, and are all tested", () => {
+    const files = fs.readdirSync(NOTEBOOKS).filter((f) => f.endsWith(".ipynb"));
+    expect(files.sort()).toEqual(NAMES.map((n) => `${n}.ipynb`));
+    for (const file of files) {
+      const notebook = JSON.parse(fs.readFileSync(path.join(NOTEBOOKS, file), "utf8"));
+      expect(notebook.metadata.kernelspec.name, file).toBe("moelens");
+      for (const cell of (notebook.cells as Cell[]).filter((c) => c.cell_type === "code")) {
+        expect(cell.outputs, `${file}: ${joined(cell.source).slice(0, 60)}`).toEqual([]);
+        expect(cell.execution_count, file).toBeNull();
+      }
+    }
+  });
+});
