@@ -76,7 +76,7 @@ class Session {
   void deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const;
 
   // Tokens processed per kernel sequence; longer inputs run in chunks of this size.
-  static constexpr int kChunk = 256;
+  static constexpr int kChunk = 512;
 
  private:
   struct LayerState {

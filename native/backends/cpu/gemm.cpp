@@ -34,7 +34,13 @@ template <int R>
 void rows_block(const float* w, const float* x, int n, int64_t cols, float* y, int64_t ldy, int64_t r0) {
   int t = 0;
   for (; t + 4 <= n; t += 4) micro<R, 4>(w, x + t * cols, cols, y + t * ldy, ldy, r0);
-  for (; t < n; ++t) micro<R, 1>(w, x + t * cols, cols, y + t * ldy, ldy, r0);
+  // The last 1-3 tokens in one pass, so each weight vector is loaded once for all of them.
+  switch (n - t) {
+    case 3: return micro<R, 3>(w, x + t * cols, cols, y + t * ldy, ldy, r0);
+    case 2: return micro<R, 2>(w, x + t * cols, cols, y + t * ldy, ldy, r0);
+    case 1: return micro<R, 1>(w, x + t * cols, cols, y + t * ldy, ldy, r0);
+    default: return;
+  }
 }
 
 }  // namespace
