@@ -72,9 +72,10 @@ export class ExpertLoad {
 
   /**
    * The auxiliary load-balance loss as training computes it (Switch / transformers'
-   * load_balancing_loss_func): E · Σ_e f_e · P_e, where f_e is the fraction of (row, slot) selections
-   * of expert e and P_e its mean router probability, over the given layer or over all layers' rows
-   * together (as in training, where the layers' router logits are concatenated).
+   * load_balancing_loss_func): E · Σ_e f_e · P_e, where f_e is the number of selections of expert e
+   * per row (summing to k over experts) and P_e its mean router probability, over the given layer or
+   * over all layers' rows together (as in training, where the layers' router logits are
+   * concatenated). Perfectly balanced routing with uniform probabilities gives k.
    */
   auxLoss(layer?: number): number {
     const layers = layer === undefined ? [...Array(this.layers).keys()] : [layer];

@@ -8,7 +8,7 @@ import type { TokenSpan } from "./span";
 
 export class RouterTrace {
   constructor(
-    /** [layers, T, k] chosen experts, by descending weight */
+    /** [layers, T, k] chosen experts: experts forced by an intervention first, then by descending weight */
     readonly ids: Tensor<Int32Array>,
     /** [layers, T, k] routing weights (renormalised over the chosen experts) */
     readonly weights: Tensor<Float32Array>,
