@@ -1,0 +1,246 @@
+// The CPU benchmark of issue 8: moelens (through the SDK, the configuration the parity tests check)
+// and, with --gguf, llama.cpp's llama-bench on the same weights, in one run on one machine, with the
+// machine's read bandwidth measured in the same run. See docs/performance.md.
+import { execFileSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { parseArgs } from "node:util";
+import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight, type DecodeTraffic } from "./decode-traffic";
+import { runLlamaBench, type LlamaResult } from "./llama-peer";
+import type { WorkerResult } from "./moelens-worker";
+import { measureReadBandwidth, type ReadBandwidth } from "./read-bandwidth";
+import { renderMarkdown, replaceDocSection } from "./report-markdown";
+import { runMeasured } from "./run-measured";
+
+const HELP = `Usage: npx tsx bench/cpu-bench.ts --model DIR [options]
+
+Measures moelens on the CPU (fresh process per prompt length and round, exact-shape warm-up, one timed
+prefill of the synthetic prompt, greedy decode steps, median of rounds), the machine's read bandwidth
+(2-thread stream read, before and after), decode's fraction of that bandwidth (bytes per token from
+config.json), and with --gguf llama.cpp's llama-bench pp512/tg128 on the same weights, with ratios.
+
+Options:
+  --model DIR          checkpoint folder (e.g. /work/scratch/qwen36-synth)
+  --gguf FILE          the same weights as GGUF (scripts/peer/gguf-from-checkpoint.py) to run llama-bench on
+  --llama-bench PATH   llama-bench binary (default /work/scratch/llama.cpp/build/bin/llama-bench)
+  --llama-reps N       llama-bench repetitions (default 5, its own default)
+  --prompts LIST       prompt lengths, comma-separated (default 128,512)
+  --decode N           decode steps per measurement (default 64)
+  --rounds N           rounds per prompt length; the median counts (default 2)
+  --threads N          threads for both engines (default 2)
+  --json OUT           write the full results as JSON
+  --markdown OUT       write the Markdown table
+  --doc FILE           replace the table between the cpu-bench markers in FILE (docs/performance.md)
+  --help               this text`;
+
+const DRIFT_LIMIT = 0.03; // Lily refuses rows that drift more than 3 % between rounds
+
+export interface MoelensRow {
+  prompt: number;
+  rounds: WorkerResult[];
+  prefillTokPerSec: number; // median over rounds
+  decodeTokPerSec: number;
+  drift: number; // largest relative spread of prefill or decode between rounds
+  tokensAgree: boolean; // every round decoded the same greedy tokens
+  peakRssBytes: number;
+  decodeBytesPerToken: number; // at the mean context of the decode steps
+  decodeBandwidthFraction: number;
+}
+
+export interface BenchResult {
+  date: string;
+  command: string;
+  machine: { cpu: string; cores: number; memoryGiB: number; kernel: string; node: string; isa: string[] };
+  loadAverage: { start: number; end: number }; // 1-minute load: other processes competing for the cores
+  moelensCommit: string | null;
+  model: { dir: string; weightBytes: number };
+  threads: number;
+  decodeSteps: number;
+  bandwidth: { before: ReadBandwidth; after: ReadBandwidth; gbPerSec: number };
+  traffic: DecodeTraffic;
+  decodeBytesPerTokenZeroContext: number;
+  moelens: MoelensRow[];
+  llama: (LlamaResult & { decodeBytesPerToken: number; decodeBandwidthFraction: number }) | null;
+  ratios: { decode: number; decodeAtPrompt: number; prefill: number; prefillAtPrompt: number } | null;
+}
+
+function intList(name: string, text: string): number[] {
+  const list = text.split(",").map((s) => Number(s.trim()));
+  if (!list.length || list.some((n) => !Number.isSafeInteger(n) || n < 1)) throw new Error(`--${name} '${text}' must be positive integers, comma-separated`);
+  return list;
+}
+
+function positiveInt(name: string, text: string): number {
+  return intList(name, text)[0];
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const spread = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / median(xs);
+
+function machine(): BenchResult["machine"] {
+  const cpuinfo = fs.existsSync("/proc/cpuinfo") ? fs.readFileSync("/proc/cpuinfo", "utf8") : "";
+  const flags = new Set((/^flags\s*:(.*)$/m.exec(cpuinfo)?.[1] ?? "").trim().split(/\s+/));
+  const isa = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "asimd", "sve"].filter((f) => flags.has(f));
+  return {
+    cpu: os.cpus()[0]?.model ?? "unknown",
+    cores: os.cpus().length,
+    memoryGiB: Number((os.totalmem() / 2 ** 30).toFixed(1)),
+    kernel: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    isa,
+  };
+}
+
+function gitCommit(): string | null {
+  try {
+    return execFileSync("git", ["describe", "--always", "--dirty"], { cwd: path.join(__dirname, ".."), encoding: "utf8" }).trim();
+  } catch {
+    return null;
+  }
+}
+
+function weightBytes(dir: string): number {
+  return fs.readdirSync(dir).filter((f) => f.endsWith(".safetensors")).reduce((sum, f) => sum + fs.statSync(path.join(dir, f)).size, 0);
+}
+
+async function runWorker(model: string, prompt: number, decode: number, threads: number): Promise<WorkerResult> {
+  const worker = path.join(__dirname, "moelens-worker.ts");
+  const args = ["--import", "tsx", worker, "--model", model, "--prompt", String(prompt), "--decode", String(decode), "--threads", String(threads)];
+  // From the repository root, where `--import tsx` resolves.
+  const run = await runMeasured(process.execPath, args, { timeoutSeconds: 3600, cwd: path.join(__dirname, "..") });
+  const line = run.stdout.trim().split("\n").pop() ?? "";
+  try {
+    return JSON.parse(line) as WorkerResult;
+  } catch {
+    throw new Error(`moelens-worker printed no JSON result:\n${run.stdout.slice(-500)}\n${run.stderr.slice(-1000)}`);
+  }
+}
+
+const log = (message: string) => process.stderr.write(`[cpu-bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      model: { type: "string" },
+      gguf: { type: "string" },
+      "llama-bench": { type: "string", default: "/work/scratch/llama.cpp/build/bin/llama-bench" },
+      "llama-reps": { type: "string", default: "5" },
+      prompts: { type: "string", default: "128,512" },
+      decode: { type: "string", default: "64" },
+      rounds: { type: "string", default: "2" },
+      threads: { type: "string", default: "2" },
+      json: { type: "string" },
+      markdown: { type: "string" },
+      doc: { type: "string" },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) {
+    console.log(HELP);
+    return;
+  }
+  if (!values.model) throw new Error("--model DIR is required (see --help)");
+  const model = path.resolve(values.model);
+  const configPath = path.join(model, "config.json");
+  if (!fs.existsSync(configPath)) throw new Error(`${configPath}: missing`);
+  if (values.gguf && !fs.existsSync(values.gguf)) throw new Error(`--gguf ${values.gguf}: no such file`);
+  if (values.gguf && !fs.existsSync(values["llama-bench"]!)) {
+    throw new Error(`--llama-bench ${values["llama-bench"]}: no such file (build it with scripts/peer/build-llama-cpp.sh)`);
+  }
+  const prompts = intList("prompts", values.prompts!);
+  const decode = positiveInt("decode", values.decode!);
+  const rounds = positiveInt("rounds", values.rounds!);
+  const threads = positiveInt("threads", values.threads!);
+  const llamaReps = positiveInt("llama-reps", values["llama-reps"]!);
+
+  const config = JSON.parse(fs.readFileSync(configPath, "utf8")) as Record<string, unknown>;
+  const traffic = decodeTraffic(decodeShape(config, configPath), mlxBitsPerWeight(config));
+  // Decode steps run at contexts prompt .. prompt + decode - 1: count the mean context's K/V.
+  const bytesAt = (prompt: number, steps: number) => decodeBytesPerToken(traffic, prompt + (steps - 1) / 2);
+
+  const loadStart = os.loadavg()[0];
+  log(`read bandwidth, ${threads} threads`);
+  const before = measureReadBandwidth(threads);
+  log(`  ${before.best_gb_s.toFixed(2)} GB/s`);
+
+  const rows: MoelensRow[] = [];
+  for (const prompt of prompts) {
+    const results: WorkerResult[] = [];
+    for (let r = 0; r < rounds; r++) {
+      log(`moelens prompt ${prompt}, round ${r + 1}/${rounds}`);
+      const w = await runWorker(model, prompt, decode, threads);
+      log(`  prefill ${w.prefillTokPerSec.toFixed(2)} tok/s, decode ${w.decodeTokPerSec.toFixed(3)} tok/s`);
+      results.push(w);
+    }
+    const prefill = median(results.map((w) => w.prefillTokPerSec));
+    const dec = median(results.map((w) => w.decodeTokPerSec));
+    const drift = Math.max(spread(results.map((w) => w.prefillTokPerSec)), spread(results.map((w) => w.decodeTokPerSec)));
+    const digest = results[0].tokens.join(",");
+    rows.push({
+      prompt, rounds: results, prefillTokPerSec: prefill, decodeTokPerSec: dec, drift,
+      tokensAgree: results.every((w) => w.tokens.join(",") === digest),
+      peakRssBytes: Math.max(...results.map((w) => w.peakRssBytes)),
+      decodeBytesPerToken: bytesAt(prompt, decode),
+      decodeBandwidthFraction: 0, // set once the bandwidth after the runs is known
+    });
+  }
+
+  let llama: BenchResult["llama"] = null;
+  if (values.gguf) {
+    log(`llama-bench -p 512 -n 128 -t ${threads} -r ${llamaReps} on ${values.gguf}`);
+    const l = await runLlamaBench(values["llama-bench"]!, path.resolve(values.gguf), threads, llamaReps);
+    log(`  pp512 ${l.prefill.tokPerSec.toFixed(2)} tok/s, tg128 ${l.decode.tokPerSec.toFixed(3)} tok/s`);
+    llama = { ...l, decodeBytesPerToken: bytesAt(0, 128), decodeBandwidthFraction: 0 };
+  }
+
+  log("read bandwidth again");
+  const after = measureReadBandwidth(threads);
+  log(`  ${after.best_gb_s.toFixed(2)} GB/s`);
+  const gbPerSec = Math.max(before.best_gb_s, after.best_gb_s);
+  for (const row of rows) row.decodeBandwidthFraction = (row.decodeTokPerSec * row.decodeBytesPerToken) / (gbPerSec * 1e9);
+  if (llama) llama.decodeBandwidthFraction = (llama.decode.tokPerSec * llama.decodeBytesPerToken) / (gbPerSec * 1e9);
+
+  let ratios: BenchResult["ratios"] = null;
+  if (llama) {
+    // Decode: the row with the shortest prompt (tg128 starts from an empty context);
+    // prefill: the row whose prompt is closest to 512.
+    const dRow = rows.reduce((a, b) => (b.prompt < a.prompt ? b : a));
+    const pRow = rows.reduce((a, b) => (Math.abs(b.prompt - 512) < Math.abs(a.prompt - 512) ? b : a));
+    ratios = {
+      decode: dRow.decodeTokPerSec / llama.decode.tokPerSec, decodeAtPrompt: dRow.prompt,
+      prefill: pRow.prefillTokPerSec / llama.prefill.tokPerSec, prefillAtPrompt: pRow.prompt,
+    };
+  }
+
+  const result: BenchResult = {
+    date: new Date().toISOString(),
+    command: ["npx tsx bench/cpu-bench.ts", ...process.argv.slice(2)].join(" "),
+    machine: machine(),
+    loadAverage: { start: loadStart, end: os.loadavg()[0] },
+    moelensCommit: gitCommit(),
+    model: { dir: model, weightBytes: weightBytes(model) },
+    threads, decodeSteps: decode,
+    bandwidth: { before, after, gbPerSec },
+    traffic,
+    decodeBytesPerTokenZeroContext: decodeBytesPerToken(traffic),
+    moelens: rows, llama, ratios,
+  };
+  for (const row of rows) {
+    if (row.drift > DRIFT_LIMIT) log(`warning: prompt ${row.prompt} drifts ${(row.drift * 100).toFixed(1)} % between rounds (limit 3 %)`);
+    if (!row.tokensAgree) log(`warning: prompt ${row.prompt}: rounds decoded different tokens`);
+  }
+  const markdown = renderMarkdown(result);
+  if (values.json) fs.writeFileSync(values.json, JSON.stringify(result, null, 2) + "\n");
+  if (values.markdown) fs.writeFileSync(values.markdown, markdown);
+  if (values.doc) fs.writeFileSync(values.doc, replaceDocSection(fs.readFileSync(values.doc, "utf8"), markdown, values.doc));
+  console.log(markdown);
+}
+
+main().catch((e) => {
+  console.error(`cpu-bench: ${(e as Error).message}`);
+  process.exit(1);
+});
