@@ -6,26 +6,25 @@ import { parseArgs } from "node:util";
 import { embeddedModelDir, load, type CaptureName, type Model } from "../sdk/index";
 
 const HELP = `Usage: npx tsx bench/router-capture.ts [--model DIR] [--tokens N] [--rounds N] [--threads N] [--json FILE]
-Measures decode tok/s without capture and with capture: ["router"] (default model: the embedded one).`;
+Measures decode tok/s without capture and with capture: ["router"], alternating token by token in one
+session (default model: the embedded one); the cost is the median over rounds.`;
 
-interface Rate {
-  wall: number; // tokens per wall-clock second
-  cpu: number; // tokens per second of process CPU time (steadier on a shared machine)
-}
-
-async function decodeRate(model: Model, tokens: number, capture: CaptureName[]): Promise<Rate> {
+// Alternates capture off and on token by token in one session, so both see the same machine state
+// (a shared machine drifts between separate runs); returns tokens per second of each.
+async function interleavedRates(model: Model, tokens: number): Promise<{ off: number; on: number }> {
   const s = model.session();
   const vocab = model.config.vocabSize;
   const prompt = Array.from({ length: 32 }, (_, i) => Number((BigInt(i) * 2654435761n) % 4294967296n) % vocab);
   let next = (await s.prefill(prompt)).logits.argmax();
-  const t0 = process.hrtime.bigint();
-  const c0 = process.cpuUsage();
-  for (let i = 0; i < tokens; i++) next = (await s.decode(next, { capture })).logits.argmax();
-  const cpu = process.cpuUsage(c0);
-  return {
-    wall: tokens / (Number(process.hrtime.bigint() - t0) / 1e9),
-    cpu: tokens / ((cpu.user + cpu.system) / 1e6),
-  };
+  const spent = { off: 0, on: 0 };
+  for (let i = 0; i < 2 * tokens; i++) {
+    const mode = i % 2 === 0 ? "off" : "on";
+    const capture: CaptureName[] = mode === "on" ? ["router"] : [];
+    const t0 = process.hrtime.bigint();
+    next = (await s.decode(next, { capture })).logits.argmax();
+    spent[mode] += Number(process.hrtime.bigint() - t0) / 1e9;
+  }
+  return { off: tokens / spent.off, on: tokens / spent.on };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -45,21 +44,23 @@ async function main(): Promise<void> {
   const tokens = Number(values.tokens);
   const rounds = Number(values.rounds);
   const model = await load(values.model!, { threads: Number(values.threads) });
-  await decodeRate(model, 16, []); // warm-up
-  const off: Rate[] = [];
-  const on: Rate[] = [];
+  await interleavedRates(model, 16); // warm-up
+  const off: number[] = [];
+  const on: number[] = [];
+  const costs: number[] = [];
   for (let r = 0; r < rounds; r++) {
-    off.push(await decodeRate(model, tokens, []));
-    on.push(await decodeRate(model, tokens, ["router"]));
+    const rate = await interleavedRates(model, tokens);
+    off.push(rate.off);
+    on.push(rate.on);
+    costs.push(100 * (1 - rate.on / rate.off));
   }
   const result = {
     model: values.model,
     tokens,
     rounds,
-    decode_tok_s_capture_off: median(off.map((r) => r.wall)),
-    decode_tok_s_capture_router: median(on.map((r) => r.wall)),
-    cost_percent: 100 * (1 - median(on.map((r) => r.wall)) / median(off.map((r) => r.wall))),
-    cpu_time_cost_percent: 100 * (1 - median(on.map((r) => r.cpu)) / median(off.map((r) => r.cpu))),
+    decode_tok_s_capture_off: median(off),
+    decode_tok_s_capture_router: median(on),
+    cost_percent: median(costs),
     date: new Date().toISOString(),
   };
   console.log(JSON.stringify(result, null, 2));
