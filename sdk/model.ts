@@ -18,6 +18,8 @@ export interface LoadOptions {
   backend?: BackendName;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
+  /** Load again even if this process already holds the model (e.g. after its files changed). */
+  fresh?: boolean;
   /** Called as layers are placed on the backend. */
   onProgress?: (done: number, total: number) => void;
 }
@@ -64,9 +66,18 @@ export class Model {
 
   /** Releases the weights now rather than at garbage collection; open sessions keep them until they go. */
   dispose(): void {
+    this.disposed = true;
     this.native.dispose();
   }
+
+  /** @internal */
+  disposed = false;
 }
+
+// Models already loaded in this process, by folder and options: a notebook that re-runs its load cell,
+// or several scripts in one kernel, get the same weights instead of a second copy. Weak references,
+// so the cache never keeps a model alive.
+const loadedModels = new Map<string, WeakRef<Model>>();
 
 const SMALL_CHECKPOINT_BYTES = 64 * 1024 * 1024;
 
@@ -77,17 +88,27 @@ function defaultThreads(dir: string): number {
   return bytes < SMALL_CHECKPOINT_BYTES ? 1 : 0;
 }
 
-/** Loads a checkpoint directory (HF or mlx-community layout); default: the embedded model. */
+/**
+ * Loads a checkpoint directory (HF or mlx-community layout); default: the embedded model. Loading the
+ * same folder with the same backend and threads again returns the model already loaded in this process
+ * (unless it was disposed, or `fresh` is set).
+ */
 export async function load(dir: string = embeddedModelDir, options: LoadOptions = {}): Promise<Model> {
   const resolved = path.resolve(dir);
   if (!fs.existsSync(resolved) || !fs.statSync(resolved).isDirectory()) {
     throw new Error(`${resolved}: not a model directory`);
   }
   const backend = options.backend ?? "cpu";
+  const threads = options.threads ?? defaultThreads(resolved);
+  const key = `${resolved}\0${backend}\0${threads}`;
+  const cached = options.fresh ? undefined : loadedModels.get(key)?.deref();
+  if (cached && !cached.disposed) return cached;
   const hasTokenizer = fs.existsSync(path.join(resolved, "tokenizer.json"));
   const [nativeModel, tokenizer] = await Promise.all([
-    native().loadModel(resolved, { backend, threads: options.threads ?? defaultThreads(resolved) }, options.onProgress),
+    native().loadModel(resolved, { backend, threads }, options.onProgress),
     hasTokenizer ? loadTokenizer(resolved) : undefined,
   ]);
-  return new Model(nativeModel, resolved, tokenizer);
+  const model = new Model(nativeModel, resolved, tokenizer);
+  loadedModels.set(key, new WeakRef(model));
+  return model;
 }
