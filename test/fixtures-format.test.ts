@@ -8,13 +8,13 @@ import * as path from "node:path";
 import { describe, expect, test } from "vitest";
 import { fixturesDir } from "./helpers/fixtures";
 import { readSafetensors, type RefTensor } from "./helpers/safetensors";
+import { DTYPE_BYTES } from "./helpers/checkpoint-writer";
 
 interface HeaderEntry {
   dtype: string;
   shape: number[];
 }
 
-const DTYPE_BYTES: Record<string, number> = { BF16: 2, F16: 2, F32: 4, U32: 4, I32: 4 };
 
 // Tensor names, dtypes and shapes of one safetensors file, with its offsets checked.
 function readHeader(file: string): Map<string, HeaderEntry> {

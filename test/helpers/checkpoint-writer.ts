@@ -9,7 +9,8 @@ export interface RawTensor {
   data: Uint8Array;
 }
 
-const DTYPE_BYTES = { BF16: 2, F16: 2, F32: 4, U32: 4, I32: 4 } as const;
+/** Bytes per element of each dtype these helpers write. */
+export const DTYPE_BYTES: Record<string, number> = { BF16: 2, F16: 2, F32: 4, U32: 4, I32: 4 };
 
 export function safetensorsBytes(tensors: Map<string, RawTensor>): Uint8Array {
   const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
@@ -141,4 +142,3 @@ export function writeModelDir(dir: string, config: unknown, weights: Uint8Array)
   return dir;
 }
 
-export const DTYPE_SIZE = DTYPE_BYTES;
