@@ -2,9 +2,12 @@
 (the GPU machine): `npx tsx scripts/synth-checkpoint.ts --manifest plan.json` here, then
 `python3 scripts/synth_checkpoint.py plan.json OUT_DIR [--seed N]` there. Same files, tensor names,
 dtypes, shapes, sharding and config; values drawn from the same distributions with numpy's generator
-(so not byte-identical to the Node writer). Needs only numpy; streams one tensor slice at a time."""
+(so not byte-identical to the Node writer): shard i from its own stream (seed, i), so the shards are
+written in parallel (--jobs) and the result does not depend on the number of jobs. Needs only numpy;
+streams one tensor slice at a time."""
 import argparse
 import json
+import multiprocessing
 import os
 import struct
 import sys
@@ -68,36 +71,46 @@ def write_tensor(f, t, rng, scale_rngs, weight_std):
     f.write(bf16(np.log(u) if fill["kind"] == "log-uniform" else u).tobytes())
 
 
+def shard_header(shard):
+    header = {"__metadata__": {"format": "mlx"}}
+    offset = 0
+    for t in shard["tensors"]:
+        size = nbytes(t)
+        header[t["name"]] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":"))
+    return text + " " * ((8 - (8 + len(text)) % 8) % 8), offset
+
+
+def write_shard(job):
+    plan, index, out, seed = job
+    shard = plan["shards"][index]
+    rng = np.random.default_rng([seed, index])
+    text, size = shard_header(shard)
+    path = os.path.join(out, shard["file"])
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text.encode())
+        scale_rngs = {}
+        for t in shard["tensors"]:
+            write_tensor(f, t, rng, scale_rngs, plan["weightStd"])
+    print(f"wrote {path} ({size / 1e9:.2f} GB, {len(shard['tensors'])} tensors)", flush=True)
+    return size
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("manifest")
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="shards written at once (default: the CPU count)")
     args = ap.parse_args()
     plan = json.load(open(args.manifest))
     os.makedirs(args.out, exist_ok=True)
-    rng = np.random.default_rng(args.seed)
-    scale_rngs = {}
-    weight_map = {}
-    total = 0
-    for shard in plan["shards"]:
-        header = {"__metadata__": {"format": "mlx"}}
-        offset = 0
-        for t in shard["tensors"]:
-            size = nbytes(t)
-            header[t["name"]] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [offset, offset + size]}
-            offset += size
-            weight_map[t["name"]] = shard["file"]
-        text = json.dumps(header, separators=(",", ":"))
-        text += " " * ((8 - (8 + len(text)) % 8) % 8)
-        path = os.path.join(args.out, shard["file"])
-        with open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text.encode())
-            for t in shard["tensors"]:
-                write_tensor(f, t, rng, scale_rngs, plan["weightStd"])
-        total += offset
-        print(f"wrote {path} ({offset / 1e9:.2f} GB, {len(shard['tensors'])} tensors)", flush=True)
+    jobs = [(plan, i, args.out, args.seed) for i in range(len(plan["shards"]))]
+    with multiprocessing.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
+        total = sum(pool.map(write_shard, jobs))
+    weight_map = {t["name"]: shard["file"] for shard in plan["shards"] for t in shard["tensors"]}
     if len(plan["shards"]) > 1:
         with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f)

@@ -1,0 +1,263 @@
+// GEMV design study for the decode path (4-bit MLX affine weights, group 64, bf16 scales and biases,
+// fp32 activations), run on the H200: several ways to split a row-major quantized GEMV over warps,
+// timed on the model's shapes with enough copies of each matrix to defeat the 50 MB L2, each checked
+// against the first. The winner is what shaders/common.h rows_dot implements; this file records why.
+//
+//   nvcc -O3 -arch=sm_90 -o /tmp/gemv-variants bench/gpu/gemv-variants.cu && /tmp/gemv-variants
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e = (x);                                                                  \
+    if (e != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));     \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+constexpr int kGroup = 64;
+
+__device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+__device__ __forceinline__ float unq(uint32_t w, int s) {
+  return __uint_as_float(((w >> s) & 15u) | 0x4B000000u) - 8388608.f;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float word_dot(uint32_t q, const float* xv) {
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s += unq(q, 4 * i) * xv[i];
+  return s;
+}
+
+struct Mat {
+  const uint8_t* w;
+  const uint16_t* s;
+  const uint16_t* b;
+  int rows, cols;
+};
+
+// A: one warp per row, a 16-byte chunk (32 weights) per lane, x read from global memory.
+__global__ void gemv_a(Mat m, const float* x, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * (blockDim.x / 32) + warp;
+  if (row >= m.rows) return;
+  const int rb = m.cols / 2, chunks = rb / 16, gpr = m.cols / kGroup;
+  float acc = 0;
+  for (int c = lane; c < chunks; c += 32) {
+    const uint4 q = reinterpret_cast<const uint4*>(m.w + size_t(row) * rb)[c];
+    const uint32_t qs[4] = {q.x, q.y, q.z, q.w};
+    float qx = 0, xs = 0;
+    for (int k = 0; k < 4; ++k) {
+      const float4 a = reinterpret_cast<const float4*>(x)[c * 8 + 2 * k];
+      const float4 b = reinterpret_cast<const float4*>(x)[c * 8 + 2 * k + 1];
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      qx += word_dot(qs[k], xv);
+      xs += a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+    }
+    const int g = c * 32 / kGroup;
+    acc += bf(m.s[size_t(row) * gpr + g]) * qx + bf(m.b[size_t(row) * gpr + g]) * xs;
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = acc;
+}
+
+// B: R rows per warp, lane l takes 4-byte words l, l+32, ... (U of them loaded before any is used),
+// x read from global memory once per word for the R rows.
+template <int R, int U>
+__global__ void gemv_b(Mat m, const float* x, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
+  if (row0 >= m.rows) return;
+  const int words = m.cols / 8, gpr = m.cols / kGroup;
+  float acc[R] = {};
+  for (int w0 = lane; w0 < words; w0 += 32 * U) {
+    uint32_t q[U][R];
+    float sc[U][R], bi[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int wi = w0 + 32 * u, row = min(row0 + r, m.rows - 1), g = wi * 8 / kGroup;
+        q[u][r] = reinterpret_cast<const uint32_t*>(m.w + size_t(row) * (m.cols / 2))[wi];
+        sc[u][r] = bf(m.s[size_t(row) * gpr + g]);
+        bi[u][r] = bf(m.b[size_t(row) * gpr + g]);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int wi = w0 + 32 * u;
+      const float4 a = reinterpret_cast<const float4*>(x)[2 * wi];
+      const float4 b = reinterpret_cast<const float4*>(x)[2 * wi + 1];
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      const float xs = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] += sc[u][r] * word_dot(q[u][r], xv) + bi[u][r] * xs;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < m.rows) y[row0 + r] = v;
+  }
+}
+
+// D: llama.cpp's shape: a block of 128 threads per row, 8 bytes (16 weights) per thread per pass.
+__global__ void gemv_d(Mat m, const float* x, float* y) {
+  __shared__ float part[4];
+  const int row = blockIdx.x, t = threadIdx.x;
+  const int gpr = m.cols / kGroup, pairs = m.cols / 16;
+  float acc = 0;
+  for (int p = t; p < pairs; p += blockDim.x) {
+    const uint2 q = reinterpret_cast<const uint2*>(m.w + size_t(row) * (m.cols / 2))[p];
+    const float4* x4 = reinterpret_cast<const float4*>(x) + 4 * p;
+    const float4 a = x4[0], b = x4[1], c = x4[2], d = x4[3];
+    const float xa[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, xb[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+    const float xs = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w + c.x + c.y + c.z + c.w + d.x + d.y + d.z + d.w;
+    const int g = p * 16 / kGroup;
+    acc += bf(m.s[size_t(row) * gpr + g]) * (word_dot(q.x, xa) + word_dot(q.y, xb)) + bf(m.b[size_t(row) * gpr + g]) * xs;
+  }
+  acc = warp_sum(acc);
+  if (t % 32 == 0) part[t / 32] = acc;
+  __syncthreads();
+  if (t == 0) y[row] = part[0] + part[1] + part[2] + part[3];
+}
+
+// E: R rows per warp, a 16-byte chunk per lane per row, x staged in shared memory transposed so that
+// the float4 a lane needs for chunk c sits at [k][c] (consecutive lanes, consecutive addresses).
+template <int R>
+__global__ void gemv_e(Mat m, const float* x, float* y) {
+  extern __shared__ float4 sx[];
+  const int chunks = m.cols / 32;  // 16-byte chunks per row
+  for (int i = threadIdx.x; i < m.cols / 4; i += blockDim.x) sx[(i % 8) * chunks + i / 8] = reinterpret_cast<const float4*>(x)[i];
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
+  if (row0 >= m.rows) return;
+  const int gpr = m.cols / kGroup;
+  float acc[R] = {};
+  for (int c = lane; c < chunks; c += 32) {
+    uint4 q[R];
+    float sc[R], bi[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int row = min(row0 + r, m.rows - 1), g = c * 32 / kGroup;
+      q[r] = reinterpret_cast<const uint4*>(m.w + size_t(row) * (m.cols / 2))[c];
+      sc[r] = bf(m.s[size_t(row) * gpr + g]);
+      bi[r] = bf(m.b[size_t(row) * gpr + g]);
+    }
+    float xv[32], xs = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float4 v = sx[k * chunks + c];
+      xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
+      xs += v.x + v.y + v.z + v.w;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float qx = word_dot(q[r].x, xv) + word_dot(q[r].y, xv + 8) + word_dot(q[r].z, xv + 16) + word_dot(q[r].w, xv + 24);
+      acc[r] += sc[r] * qx + bi[r] * xs;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < m.rows) y[row0 + r] = v;
+  }
+}
+
+struct Shape {
+  const char* name;
+  int rows, cols;
+};
+
+int main() {
+  const Shape shapes[] = {{"deltanet in-proj 12352x2048", 12352, 2048},
+                          {"out-proj 2048x4096", 2048, 4096},
+                          {"shared down 2048x512", 2048, 512},
+                          {"lm_head 248320x2048", 248320, 2048}};
+  std::mt19937 rng(7);
+  for (const Shape& sh : shapes) {
+    const size_t wb = size_t(sh.rows) * sh.cols / 2, sb = size_t(sh.rows) * (sh.cols / kGroup) * 2;
+    const int copies = int(std::max<size_t>(1, (size_t(400) << 20) / (wb + 2 * sb)));  // > 8x the L2
+    std::vector<uint8_t> hw(wb);
+    for (auto& v : hw) v = uint8_t(rng());
+    std::vector<uint16_t> hs(sb / 2), hb(sb / 2);
+    for (size_t i = 0; i < hs.size(); ++i) {
+      const float s = 0.01f * (1 + (rng() % 100) / 100.f), b = -7.5f * s;
+      uint32_t u;
+      std::memcpy(&u, &s, 4), hs[i] = uint16_t(u >> 16);
+      std::memcpy(&u, &b, 4), hb[i] = uint16_t(u >> 16);
+    }
+    std::vector<float> hx(sh.cols);
+    for (auto& v : hx) v = std::normal_distribution<float>()(rng);
+    std::vector<Mat> mats(copies);
+    for (int c = 0; c < copies; ++c) {
+      uint8_t* w;
+      uint16_t *s, *b;
+      CHECK(cudaMalloc(&w, wb));
+      CHECK(cudaMalloc(&s, sb));
+      CHECK(cudaMalloc(&b, sb));
+      CHECK(cudaMemcpy(w, hw.data(), wb, cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(s, hs.data(), sb, cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(b, hb.data(), sb, cudaMemcpyHostToDevice));
+      mats[c] = {w, s, b, sh.rows, sh.cols};
+    }
+    float *x, *y;
+    CHECK(cudaMalloc(&x, sh.cols * 4));
+    CHECK(cudaMalloc(&y, size_t(sh.rows) * 4));
+    CHECK(cudaMemcpy(x, hx.data(), sh.cols * 4, cudaMemcpyHostToDevice));
+    std::vector<float> ref(sh.rows), got(sh.rows);
+    std::printf("%s: %.1f MB per matrix, %d copies\n", sh.name, (wb + 2 * sb) / 1e6, copies);
+
+    auto bench = [&](const char* name, auto launch) {
+      launch(mats[0]);
+      CHECK(cudaGetLastError());
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaMemcpy(got.data(), y, size_t(sh.rows) * 4, cudaMemcpyDeviceToHost));
+      if (name[0] == 'A') ref = got;
+      double err = 0, scale = 0;
+      for (int i = 0; i < sh.rows; ++i) err = std::max(err, double(std::fabs(got[i] - ref[i]))), scale = std::max(scale, double(std::fabs(ref[i])));
+      cudaEvent_t a, b;
+      cudaEventCreate(&a);
+      cudaEventCreate(&b);
+      const int reps = 60;
+      cudaEventRecord(a);
+      for (int i = 0; i < reps; ++i) launch(mats[i % copies]);
+      cudaEventRecord(b);
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      const double us = 1e3 * ms / reps;
+      std::printf("  %-28s %8.2f us  %7.0f GB/s  max err %.1e\n", name, us, (wb + 2 * sb) / us / 1e3, err / scale);
+    };
+    const int M = sh.rows;
+    bench("A warp/row uint4", [&](Mat m) { gemv_a<<<(M + 3) / 4, 128>>>(m, x, y); });
+    bench("B R=1 U=1", [&](Mat m) { gemv_b<1, 1><<<(M + 3) / 4, 128>>>(m, x, y); });
+    bench("B R=4 U=1 (64 thr)", [&](Mat m) { gemv_b<4, 1><<<(M + 7) / 8, 64>>>(m, x, y); });
+    bench("B R=4 U=2", [&](Mat m) { gemv_b<4, 2><<<(M + 15) / 16, 128>>>(m, x, y); });
+    if (sh.cols >= 2048) bench("B R=2 U=4", [&](Mat m) { gemv_b<2, 4><<<(M + 7) / 8, 128>>>(m, x, y); });
+    if (sh.cols >= 2048) bench("B R=4 U=4", [&](Mat m) { gemv_b<4, 4><<<(M + 15) / 16, 128>>>(m, x, y); });
+    bench("B R=8 U=1", [&](Mat m) { gemv_b<8, 1><<<(M + 31) / 32, 128>>>(m, x, y); });
+    bench("D block/row 128 thr", [&](Mat m) { gemv_d<<<M, 128>>>(m, x, y); });
+    const size_t shm = size_t(sh.cols) * 4;
+    bench("E R=1 smem-x", [&](Mat m) { gemv_e<1><<<(M + 3) / 4, 128, shm>>>(m, x, y); });
+    bench("E R=2 smem-x", [&](Mat m) { gemv_e<2><<<(M + 7) / 8, 128, shm>>>(m, x, y); });
+    bench("E R=4 smem-x", [&](Mat m) { gemv_e<4><<<(M + 15) / 16, 128, shm>>>(m, x, y); });
+    bench("E R=4 smem-x 256 thr", [&](Mat m) { gemv_e<4><<<(M + 31) / 32, 256, shm>>>(m, x, y); });
+    for (Mat& m : mats) cudaFree(const_cast<uint8_t*>(m.w)), cudaFree(const_cast<uint16_t*>(m.s)), cudaFree(const_cast<uint16_t*>(m.b));
+    cudaFree(x);
+    cudaFree(y);
+  }
+  return 0;
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The H200 run of issue 9, from the repository root of a copy of the working tree on the GPU machine
+# (which has nvcc, cmake and Python with numpy, and no Node): builds the CUDA backend, writes the
+# synthetic full-shape checkpoint, checks every kernel and every fixture against the CPU backend,
+# and times decode; with --peer, also builds llama.cpp (CUDA), converts the same weights to a Q4_0
+# GGUF and runs llama-bench in the same call. Logs go to OUT (default $OUT, else /tmp/h200-bench).
+#
+# Needs .synth/full.json (here: npx tsx scripts/synth-checkpoint.ts --manifest .synth/full.json) and,
+# with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh): pass both in `carry`.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bench/gpu/h200-bench.sh [--out DIR] [--synth DIR] [--peer] [--skip-checks] [--decode N]
+
+  --out DIR       logs and results (default: $OUT, else /tmp/h200-bench)
+  --synth DIR     where the synthetic checkpoint is written, or reused if complete (default /tmp/synth)
+  --peer          also build llama.cpp, write the Q4_0 GGUF and run llama-bench (same call)
+  --skip-checks   skip moelens-gpu-check and the fixture agreement
+  --decode N      decode steps of the speed runs (default 128)
+EOF
+}
+
+out=${OUT:-/tmp/h200-bench}
+synth=/tmp/synth
+peer=0
+checks=1
+decode=128
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --synth) synth="$2"; shift 2 ;;
+    --peer) peer=1; shift ;;
+    --skip-checks) checks=0; shift ;;
+    --decode) decode="$2"; shift 2 ;;
+    --help|-h) usage; exit 0 ;;
+    *) echo "h200-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (carry it)" >&2; exit 2; }
+if [[ $peer == 1 && ! -f .peer/llama-cpp-src.tar.xz ]]; then
+  echo "h200-bench.sh: --peer needs .peer/llama-cpp-src.tar.xz (carry it)" >&2
+  exit 2
+fi
+mkdir -p "$out"
+jobs=$(nproc)
+t0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$out/steps.log"; }
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv > "$out/gpu.txt" 2>&1 || true
+
+# 1. In the background: the checkpoint (unless already complete) and, with --peer, llama.cpp's build.
+synth_pid=""
+if [[ ! -f "$synth/config.json" ]]; then
+  stamp "writing the synthetic checkpoint to $synth"
+  python3 scripts/synth_checkpoint.py .synth/full.json "$synth" --jobs 4 > "$out/synth.log" 2>&1 &
+  synth_pid=$!
+fi
+llama_pid=""
+if [[ $peer == 1 ]]; then
+  stamp "building llama.cpp (CUDA) in the background"
+  nice -n 5 bench/gpu/llama-cuda.sh --jobs "$((jobs * 3 / 4))" > "$out/llama-build.log" 2>&1 &
+  llama_pid=$!
+fi
+
+# 2. Our CUDA build.
+stamp "building moelens (CUDA)"
+cmake -S native -B build/cuda -DCMAKE_BUILD_TYPE=Release -DMOELENS_CUDA=ON -DMOELENS_GPU_CHECK=ON \
+  -DMOELENS_METAL=OFF -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/build.log" 2>&1
+cmake --build build/cuda -j "$jobs" --target moelens-gpu-check moelens-gpu-bench >> "$out/build.log" 2>&1
+stamp "built"
+
+# 3. Kernels and fixtures against the CPU backend.
+if [[ $checks == 1 ]]; then
+  build/cuda/moelens-gpu-check --runtime cuda --seed "$RANDOM" > "$out/gpu-check.txt" 2>&1 || stamp "gpu-check FAILED"
+  stamp "gpu-check: $(grep -c ' ok' "$out/gpu-check.txt" || true) kernels ok"
+  timeout 300 build/cuda/moelens-gpu-bench agree test/fixtures/t1/hf test/fixtures/t1/mlx test/fixtures/t2/mlx \
+    test/fixtures/t3/hf models/moelens-tiny --backend cuda --positions 256 --decode 64 > "$out/agree.txt" 2>&1 ||
+    stamp "agree FAILED"
+  stamp "agree done"
+fi
+
+# 4. The GGUF of the same weights (needs the checkpoint) while llama.cpp may still build.
+if [[ -n $synth_pid ]]; then wait "$synth_pid"; stamp "checkpoint written"; fi
+if [[ $peer == 1 ]]; then
+  stamp "writing the Q4_0 GGUF"
+  # Its own gguf-py copy: the llama.cpp build may still be unpacking /tmp/llama-src.
+  bench/gpu/peer-gguf.sh --src-dir /tmp/llama-gguf --jobs "$((jobs / 2))" "$synth" /tmp/synth-q4_0.gguf > "$out/gguf.log" 2>&1
+  stamp "GGUF written"
+fi
+
+# 5. Our decode speed: graphs (the reported figure), then a per-kernel profile.
+stamp "moelens speed"
+timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 --decode "$decode" \
+  --peak-gbps 4800 > "$out/speed.txt" 2>&1 || stamp "speed FAILED"
+stamp "moelens speed done"
+MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 \
+  --decode 32 --peak-gbps 4800 > "$out/profile.txt" 2>&1 || stamp "profile FAILED"
+stamp "profile done"
+timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 4096 --decode 32 --peak-gbps 4800 \
+  > "$out/speed-4096.txt" 2>&1 || stamp "speed at 4096 FAILED"
+stamp "moelens prefill 4096 done"
+
+# 6. llama.cpp on the same weights, same call.
+if [[ $peer == 1 ]]; then
+  wait "$llama_pid" || { stamp "llama.cpp build FAILED"; exit 1; }
+  stamp "llama-bench"
+  timeout 300 /tmp/llama-build/bin/llama-bench -m /tmp/synth-q4_0.gguf -ngl 99 -p 512,4096 -n 128 -r 3 \
+    > "$out/llama-bench.txt" 2>&1 || stamp "llama-bench FAILED"
+  stamp "llama-bench done"
+fi
+stamp "all done"
