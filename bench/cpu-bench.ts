@@ -29,6 +29,9 @@ Options:
   --decode N           decode steps per measurement (default 64)
   --rounds N           rounds per prompt length; the median counts (default 2)
   --threads N          threads for both engines (default 2)
+  --precision LIST     moelens CPU precisions, comma-separated, each with its own labelled rows:
+                       fp32 (exact: the configuration the parity tests check; default), int8, int16
+                       (reduced precision: integer activations, docs/performance.md)
   --json OUT           write the full results as JSON
   --markdown OUT       write the Markdown table
   --doc FILE           replace the table between the cpu-bench markers in FILE (docs/performance.md)
@@ -36,7 +39,10 @@ Options:
 
 const DRIFT_LIMIT = 0.03; // Lily refuses rows that drift more than 3 % between rounds
 
+export type Precision = "fp32" | "int8" | "int16";
+
 export interface MoelensRow {
+  precision: Precision;
   prompt: number;
   rounds: WorkerResult[];
   prefillTokPerSec: number; // median over rounds
@@ -62,7 +68,8 @@ export interface BenchResult {
   decodeBytesPerTokenZeroContext: number;
   moelens: MoelensRow[];
   llama: (LlamaResult & { decodeBytesPerToken: number; decodeBandwidthFraction: number }) | null;
-  ratios: { decode: number; decodeAtPrompt: number; prefill: number; prefillAtPrompt: number } | null;
+  // One entry per moelens precision.
+  ratios: { precision: Precision; decode: number; decodeAtPrompt: number; prefill: number; prefillAtPrompt: number }[] | null;
 }
 
 function intList(name: string, text: string): number[] {
@@ -107,9 +114,10 @@ function weightBytes(dir: string): number {
   return fs.readdirSync(dir).filter((f) => f.endsWith(".safetensors")).reduce((sum, f) => sum + fs.statSync(path.join(dir, f)).size, 0);
 }
 
-async function runWorker(model: string, prompt: number, decode: number, threads: number): Promise<WorkerResult> {
+async function runWorker(model: string, prompt: number, decode: number, threads: number, precision: Precision): Promise<WorkerResult> {
   const worker = path.join(__dirname, "moelens-worker.ts");
-  const args = ["--import", "tsx", worker, "--model", model, "--prompt", String(prompt), "--decode", String(decode), "--threads", String(threads)];
+  const args = ["--import", "tsx", worker, "--model", model, "--prompt", String(prompt), "--decode", String(decode), "--threads", String(threads),
+    "--precision", precision];
   // From the repository root, where `--import tsx` resolves.
   const run = await runMeasured(process.execPath, args, { timeoutSeconds: 3600, cwd: path.join(__dirname, "..") });
   const line = run.stdout.trim().split("\n").pop() ?? "";
@@ -133,6 +141,7 @@ async function main(): Promise<void> {
       decode: { type: "string", default: "64" },
       rounds: { type: "string", default: "2" },
       threads: { type: "string", default: "2" },
+      precision: { type: "string", default: "fp32" },
       json: { type: "string" },
       markdown: { type: "string" },
       doc: { type: "string" },
@@ -156,6 +165,8 @@ async function main(): Promise<void> {
   const rounds = positiveInt("rounds", values.rounds!);
   const threads = positiveInt("threads", values.threads!);
   const llamaReps = positiveInt("llama-reps", values["llama-reps"]!);
+  const precisions = values.precision!.split(",").map((p) => p.trim());
+  for (const p of precisions) if (!["fp32", "int8", "int16"].includes(p)) throw new Error(`--precision '${values.precision}': each must be fp32, int8 or int16`);
 
   const config = JSON.parse(fs.readFileSync(configPath, "utf8")) as Record<string, unknown>;
   const traffic = decodeTraffic(decodeShape(config, configPath), mlxBitsPerWeight(config));
@@ -168,11 +179,12 @@ async function main(): Promise<void> {
   log(`  ${before.best_gb_s.toFixed(2)} GB/s`);
 
   const rows: MoelensRow[] = [];
-  for (const prompt of prompts) {
+  const runs = (precisions as Precision[]).flatMap((precision) => prompts.map((prompt) => ({ precision, prompt })));
+  for (const { precision, prompt } of runs) {
     const results: WorkerResult[] = [];
     for (let r = 0; r < rounds; r++) {
-      log(`moelens prompt ${prompt}, round ${r + 1}/${rounds}`);
-      const w = await runWorker(model, prompt, decode, threads);
+      log(`moelens ${precision} prompt ${prompt}, round ${r + 1}/${rounds}`);
+      const w = await runWorker(model, prompt, decode, threads, precision);
       log(`  prefill ${w.prefillTokPerSec.toFixed(2)} tok/s, decode ${w.decodeTokPerSec.toFixed(3)} tok/s`);
       results.push(w);
     }
@@ -181,7 +193,7 @@ async function main(): Promise<void> {
     const drift = Math.max(spread(results.map((w) => w.prefillTokPerSec)), spread(results.map((w) => w.decodeTokPerSec)));
     const digest = results[0].tokens.join(",");
     rows.push({
-      prompt, rounds: results, prefillTokPerSec: prefill, decodeTokPerSec: dec, drift,
+      precision, prompt, rounds: results, prefillTokPerSec: prefill, decodeTokPerSec: dec, drift,
       tokensAgree: results.every((w) => w.tokens.join(",") === digest),
       peakRssBytes: Math.max(...results.map((w) => w.peakRssBytes)),
       decodeBytesPerToken: bytesAt(prompt, decode),
@@ -206,14 +218,18 @@ async function main(): Promise<void> {
 
   let ratios: BenchResult["ratios"] = null;
   if (llama) {
-    // Decode: the row with the shortest prompt (tg128 starts from an empty context);
-    // prefill: the row whose prompt is closest to 512.
-    const dRow = rows.reduce((a, b) => (b.prompt < a.prompt ? b : a));
-    const pRow = rows.reduce((a, b) => (Math.abs(b.prompt - 512) < Math.abs(a.prompt - 512) ? b : a));
-    ratios = {
-      decode: dRow.decodeTokPerSec / llama.decode.tokPerSec, decodeAtPrompt: dRow.prompt,
-      prefill: pRow.prefillTokPerSec / llama.prefill.tokPerSec, prefillAtPrompt: pRow.prompt,
-    };
+    // Per precision: decode from the row with the shortest prompt (tg128 starts from an empty context),
+    // prefill from the row whose prompt is closest to 512.
+    ratios = (precisions as Precision[]).map((precision) => {
+      const mine = rows.filter((r) => r.precision === precision);
+      const dRow = mine.reduce((a, b) => (b.prompt < a.prompt ? b : a));
+      const pRow = mine.reduce((a, b) => (Math.abs(b.prompt - 512) < Math.abs(a.prompt - 512) ? b : a));
+      return {
+        precision,
+        decode: dRow.decodeTokPerSec / llama!.decode.tokPerSec, decodeAtPrompt: dRow.prompt,
+        prefill: pRow.prefillTokPerSec / llama!.prefill.tokPerSec, prefillAtPrompt: pRow.prompt,
+      };
+    });
   }
 
   const result: BenchResult = {
@@ -230,8 +246,8 @@ async function main(): Promise<void> {
     moelens: rows, llama, ratios,
   };
   for (const row of rows) {
-    if (row.drift > DRIFT_LIMIT) log(`warning: prompt ${row.prompt} drifts ${(row.drift * 100).toFixed(1)} % between rounds (limit 3 %)`);
-    if (!row.tokensAgree) log(`warning: prompt ${row.prompt}: rounds decoded different tokens`);
+    if (row.drift > DRIFT_LIMIT) log(`warning: ${row.precision} prompt ${row.prompt} drifts ${(row.drift * 100).toFixed(1)} % between rounds (limit 3 %)`);
+    if (!row.tokensAgree) log(`warning: ${row.precision} prompt ${row.prompt}: rounds decoded different tokens`);
   }
   const markdown = renderMarkdown(result);
   if (values.json) fs.writeFileSync(values.json, JSON.stringify(result, null, 2) + "\n");

@@ -1,12 +1,13 @@
 // One measurement of moelens in a fresh process (spawned by bench/cpu-bench.ts): load, an exact-shape
 // warm-up (same prompt length, a few decode steps), then one timed prefill of the synthetic prompt and
 // timed greedy decode steps. Prints one JSON line.
-// `npx tsx bench/moelens-worker.ts --model DIR --prompt N --decode N --threads N`
+// `npx tsx bench/moelens-worker.ts --model DIR --prompt N --decode N --threads N [--precision fp32|int8|int16]`
 import { parseArgs } from "node:util";
 import { load } from "../sdk/index";
 import { syntheticPrompt } from "./synthetic-prompt";
 
 export interface WorkerResult {
+  precision: "fp32" | "int8" | "int16";
   prompt: number;
   decode: number;
   threads: number;
@@ -27,6 +28,7 @@ async function main(): Promise<void> {
       prompt: { type: "string", default: "512" },
       decode: { type: "string", default: "64" },
       threads: { type: "string", default: "0" },
+      precision: { type: "string", default: "fp32" },
     },
   });
   if (!values.model) throw new Error("moelens-worker: --model DIR is required");
@@ -35,8 +37,12 @@ async function main(): Promise<void> {
     if (!Number.isSafeInteger(v) || v < (k === "prompt" ? 1 : 0)) throw new Error(`moelens-worker: --${k} must be a non-negative integer`);
   }
 
+  const precision = values.precision as WorkerResult["precision"];
+  if (!["fp32", "int8", "int16"].includes(precision)) throw new Error("moelens-worker: --precision must be fp32, int8 or int16");
+
   let t = performance.now();
-  const model = await load(values.model, { backend: "cpu", threads });
+  const model = await load(values.model, { backend: "cpu", threads, precision });
+  if (model.info.precision !== precision) throw new Error(`moelens-worker: loaded with precision ${model.info.precision}, not ${precision}`);
   const loadSeconds = (performance.now() - t) / 1000;
   const ids = syntheticPrompt(prompt, model.config.vocabSize);
   const s = model.session();
@@ -59,7 +65,7 @@ async function main(): Promise<void> {
   const decodeSeconds = (performance.now() - t) / 1000;
 
   const result: WorkerResult = {
-    prompt, decode, threads, loadSeconds, warmupSeconds,
+    precision, prompt, decode, threads, loadSeconds, warmupSeconds,
     prefillTokPerSec: prompt / prefillSeconds,
     decodeTokPerSec: decode > 0 ? decode / decodeSeconds : 0,
     tokens,

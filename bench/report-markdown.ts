@@ -10,6 +10,9 @@ const GiB = 2 ** 30;
 const fixed = (x: number, digits: number) => x.toFixed(digits);
 const pct = (x: number) => `${(x * 100).toFixed(0)} %`;
 const gib = (b: number | null) => (b === null ? "n/a" : fixed(b / GiB, 2));
+// fp32 is the exact configuration the parity tests check; int8 and int16 are the reduced-precision modes.
+const precisionLabel = (p: string | undefined) =>
+  p === "int8" || p === "int16" ? `${p} activations, reduced precision` : "fp32, exact";
 
 export function renderMarkdown(r: BenchResult): string {
   const m = r.machine;
@@ -33,7 +36,7 @@ export function renderMarkdown(r: BenchResult): string {
   for (const row of r.moelens) {
     const agree = `${row.tokensAgree ? "tokens ✓" : "tokens ✗"}, drift ${fixed(row.drift * 100, 1)} %${row.drift > 0.03 ? " (> 3 %)" : ""}`;
     lines.push(
-      `| moelens (${r.decodeSteps} decode steps, median of ${row.rounds.length}) | ${row.prompt} | ${fixed(row.prefillTokPerSec, 2)} | ` +
+      `| moelens ${precisionLabel(row.precision)} (${r.decodeSteps} decode steps, median of ${row.rounds.length}) | ${row.prompt} | ${fixed(row.prefillTokPerSec, 2)} | ` +
         `${fixed(row.decodeTokPerSec, 2)} | ${fixed((row.decodeTokPerSec * row.decodeBytesPerToken) / GB, 2)} | ` +
         `${pct(row.decodeBandwidthFraction)} | ${gib(row.peakRssBytes)} | ${agree} |`,
     );
@@ -48,13 +51,17 @@ export function renderMarkdown(r: BenchResult): string {
     );
   }
   if (r.ratios) {
-    const q = r.ratios;
-    lines.push(
-      "",
-      `**moelens / llama.cpp:** decode ${fixed(q.decode, 2)}× (prompt ${q.decodeAtPrompt} vs tg128; goal ≥ 1.3×), ` +
-        `prefill ${fixed(q.prefill, 2)}× (prompt ${q.prefillAtPrompt} vs pp512; goal ≥ 1.0×). ` +
-        `Decode reaches ${pct(Math.max(...r.moelens.map((row) => row.decodeBandwidthFraction)))} of the read bandwidth (goal ≥ 80 %).`,
-    );
+    lines.push("");
+    for (const q of r.ratios) {
+      const mine = r.moelens.filter((row) => (row.precision ?? "fp32") === q.precision);
+      lines.push(
+        `**moelens ${precisionLabel(q.precision)} / llama.cpp:** decode ${fixed(q.decode, 2)}× (prompt ${q.decodeAtPrompt} vs tg128; goal ≥ 1.3×), ` +
+          `prefill ${fixed(q.prefill, 2)}× (prompt ${q.prefillAtPrompt} vs pp512; goal ≥ 1.0×). ` +
+          `Decode reaches ${pct(Math.max(...mine.map((row) => row.decodeBandwidthFraction)))} of the read bandwidth (goal ≥ 80 %).`,
+        "",
+      );
+    }
+    lines.pop();
   }
   lines.push("", `Command: \`${r.command}\``);
   return lines.join("\n") + "\n";

@@ -13,11 +13,21 @@ import { loadTokenizer, type Tokenizer } from "./tokenizer/tokenizer";
  * "metal" runs the Metal host over a mock Objective-C runtime on the CPU emulator of the kernels. */
 export type BackendName = "cpu" | "metal" | "cuda";
 
+/** How the CPU backend computes matmuls with MLX-quantized (4/8-bit) weights. "fp32" (default): fp32
+ * activations, exact, the configuration the parity tests check. "int8": activations quantized to int8 in
+ * blocks of 32 (as llama.cpp's Q8_0) and integer dot products; fastest, reduced precision. "int16": the
+ * same kernels on activations quantized 128 times finer (two int8 planes); nearly as fast in decode, close
+ * to fp32. See docs/performance.md, "Reduced precision: int8 activations". Dense (bf16/f16/f32) weights
+ * are fp32 in every mode. */
+export type Precision = "fp32" | "int8" | "int16";
+
 export interface LoadOptions {
   /** Compute backend (default "cpu"). */
   backend?: BackendName;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
+  /** CPU matmul precision for quantized weights (default "fp32", exact); "int8" and "int16" are faster reduced-precision modes. */
+  precision?: Precision;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;
   /** Called as layers are placed on the backend. */
@@ -90,7 +100,7 @@ function defaultThreads(dir: string): number {
 
 /**
  * Loads a checkpoint directory (HF or mlx-community layout); default: the embedded model. Loading the
- * same folder with the same backend and threads again returns the model already loaded in this process
+ * same folder with the same backend, threads and precision again returns the model already loaded in this process
  * (unless it was disposed, or `fresh` is set).
  */
 export async function load(dir: string = embeddedModelDir, options: LoadOptions = {}): Promise<Model> {
@@ -100,12 +110,14 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   }
   const backend = options.backend ?? "cpu";
   const threads = options.threads ?? defaultThreads(resolved);
-  const key = `${resolved}\0${backend}\0${threads}`;
+  const precision = options.precision ?? "fp32";
+  if (!["fp32", "int8", "int16"].includes(precision)) throw new Error(`precision must be "fp32", "int8" or "int16", got ${JSON.stringify(precision)}`);
+  const key = `${resolved}\0${backend}\0${threads}\0${precision}`;
   const cached = options.fresh ? undefined : loadedModels.get(key)?.deref();
   if (cached && !cached.disposed) return cached;
   const hasTokenizer = fs.existsSync(path.join(resolved, "tokenizer.json"));
   const [nativeModel, tokenizer] = await Promise.all([
-    native().loadModel(resolved, { backend, threads }, options.onProgress),
+    native().loadModel(resolved, { backend, threads, precision }, options.onProgress),
     hasTokenizer ? loadTokenizer(resolved) : undefined,
   ]);
   const model = new Model(nativeModel, resolved, tokenizer);

@@ -45,6 +45,7 @@ export interface NativeForwardResult {
 
 export interface NativeSession {
   forward(ids: Int32Array, options: NativeForwardOptions): Promise<NativeForwardResult>;
+  decodeGreedy(first: number, steps: number, options: { interventions?: NativeIntervention[] }): Promise<Int32Array>;
   reset(): void;
   fork(): NativeSession;
   cancel(): void;
@@ -82,6 +83,8 @@ export interface NativeConfig {
 export interface NativeInfo {
   dir: string;
   backend: string;
+  /** "fp32" (exact), or "int8" / "int16" (the CPU backend's reduced-precision modes: LoadOptions.precision). */
+  precision: "fp32" | "int8" | "int16";
   layout: "hf" | "mlx";
   weightBytes: number;
   quantized: boolean;
@@ -98,7 +101,7 @@ export interface NativeModel {
 export interface NativeAddon {
   loadModel(
     dir: string,
-    options: { backend?: string; threads?: number },
+    options: { backend?: string; threads?: number; precision?: string },
     onProgress?: (done: number, total: number) => void,
   ): Promise<NativeModel>;
   backends(): string[];

@@ -75,6 +75,7 @@ describe("moelens CLI", () => {
       [["generate", "--temperature=-1", "x"], /--temperature must be >= 0/],
       [["generate", "--temperature", "-1", "x"], /'--temperature' argument is ambiguous/],
       [["generate", ...modelFlags(), "--backend", "warp", "x"], /--backend warp: unknown \(available: cpu/],
+      [["generate", ...modelFlags(), "--precision", "int4", "x"], /--precision must be fp32, int8 or int16, got 'int4'/],
       [["generate", "--model", "/nonexistent", "x"], /--model \/nonexistent: no such folder/],
       [["chat", ...modelFlags(), "stray"], /chat takes no arguments/],
     ];
@@ -160,6 +161,14 @@ describe("moelens CLI", () => {
     const text = moelens(["info", ...modelFlags()]);
     expect(text.stdout).toMatch(/^parameters +2\.\d\d M total, 1\.\d\d M active per token/m);
     expect(text.stdout).toMatch(/^weights +[\d.]+ MiB in memory/m);
+  });
+
+  it("--precision picks the CPU backend's matmul precision (exact fp32 by default)", () => {
+    expect(JSON.parse(moelens(["info", ...modelFlags(), "--json"]).stdout).precision).toBe("fp32");
+    const r = moelens(["info", ...modelFlags(), "--precision", "int8", "--json"]);
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout).precision).toBe("int8");
+    expect(moelens(["info", ...modelFlags(), "--precision", "int16"]).stdout).toMatch(/^model .*, int16 activations\)$/m);
   });
 
   it("Ctrl+C ends generate with finish reason abort and exit status 130", async () => {

@@ -23,8 +23,11 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
-  if (name == "cpu") return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& precision) {
+  cpu::Precision p;
+  if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8 or int16)");
+  if (name == "cpu") return std::make_unique<CpuBackend>(threads, p);
+  if (p != cpu::Precision::F32) fail("precision '", precision, "' is a mode of the cpu backend, not of '", name, "'");
   std::string all;
   for (const std::string& n : backend_names()) {
     if (n != "cpu" && n == name) return std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name));
@@ -35,16 +38,17 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
 
 class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
  public:
-  LoadWorker(Napi::Env env, std::string dir, std::string backend, int threads, Napi::Function on_progress)
+  LoadWorker(Napi::Env env, std::string dir, std::string backend, int threads, std::string precision,
+             Napi::Function on_progress)
       : Napi::AsyncProgressQueueWorker<int32_t>(env), deferred_(Napi::Promise::Deferred::New(env)), dir_(std::move(dir)),
-        backend_(std::move(backend)), threads_(threads) {
+        backend_(std::move(backend)), precision_(std::move(precision)), threads_(threads) {
     if (!on_progress.IsEmpty()) progress_cb_ = Napi::Persistent(on_progress);
   }
   Napi::Promise promise() { return deferred_.Promise(); }
 
   void Execute(const ExecutionProgress& progress) override {
     try {
-      model_ = Model::load(dir_, make_backend(backend_, threads_), [&](int done, int total) {
+      model_ = Model::load(dir_, make_backend(backend_, threads_, precision_), [&](int done, int total) {
         int32_t p[2] = {done, total};
         progress.Send(p, 2);
       });
@@ -63,7 +67,7 @@ class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
  private:
   Napi::Promise::Deferred deferred_;
   Napi::FunctionReference progress_cb_;
-  std::string dir_, backend_;
+  std::string dir_, backend_, precision_;
   int threads_;
   std::unique_ptr<Model> model_;
 };
@@ -71,16 +75,17 @@ class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
 Napi::Value LoadModel(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "loadModel(dir, options?, onProgress?): dir must be a string");
-  std::string backend = "cpu";
+  std::string backend = "cpu", precision = "fp32";
   int threads = 0;
   if (info.Length() > 1 && info[1].IsObject()) {
     Napi::Object o = info[1].As<Napi::Object>();
     if (o.Has("backend") && o.Get("backend").IsString()) backend = o.Get("backend").As<Napi::String>();
     if (o.Has("threads") && o.Get("threads").IsNumber()) threads = o.Get("threads").As<Napi::Number>().Int32Value();
+    if (o.Has("precision") && o.Get("precision").IsString()) precision = o.Get("precision").As<Napi::String>();
   }
   Napi::Function cb;
   if (info.Length() > 2 && info[2].IsFunction()) cb = info[2].As<Napi::Function>();
-  auto* worker = new LoadWorker(env, info[0].As<Napi::String>(), backend, threads, cb);
+  auto* worker = new LoadWorker(env, info[0].As<Napi::String>(), backend, threads, precision, cb);
   Napi::Promise p = worker->promise();
   worker->Queue();
   return p;

@@ -79,6 +79,9 @@ class Backend {
   virtual void copy(View dst, View src, size_t count) = 0;
   virtual void fill(View dst, float value, size_t count) = 0;
   virtual void synchronize() = 0;
+  // Starts the work recorded so far without waiting for it (a GPU runs it while the host records the
+  // next step); reads and synchronize() wait as before. Nothing to do where work runs at once.
+  virtual void flush() {}
 
   // out[n, hidden] = rows `ids` of the embedding table
   virtual void embed(const Weight& table, View ids, int n, View out) = 0;
@@ -137,6 +140,10 @@ class Backend {
   virtual void swiglu(View gate, View up, size_t count, View out) = 0;
   // acc[t] += scale * sigmoid(gate_logit[t]) * y[t], rows of `dim`
   virtual void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) = 0;
+
+  // Greedy decoding without a read-back: ids[r] = the index of the largest value of logits row r
+  // (the first of equal ones; NaNs never win).
+  virtual void argmax(View logits, int rows, int vocab, View ids) = 0;
 };
 
 }  // namespace moelens

@@ -1,7 +1,10 @@
 // moelens-dot-test: the CPU backend's SIMD row kernels (whichever this build compiled: AVX-512, AVX2,
-// NEON or scalar) against a plain scalar reference, on random rows of every stored format.
+// NEON or scalar) against a plain scalar reference, on random rows of every stored format, and the
+// int8-activation kernels (int8.h: decode rows and prefill tiles) against their scalar reference.
 // Prints one line per case and exits non-zero on any mismatch. Used by `npm test` and, cross-compiled,
-// under qemu for the arm64 (NEON) build.
+// under qemu for the arm64 (NEON) build; on x86-64 the build also makes moelens-dot-test-avx2 and
+// moelens-dot-test-scalar, the same test compiled without AVX-512 or without AVX.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/dot.h"
+#include "backends/cpu/int8.h"
 
 using namespace moelens;
 using namespace moelens::cpu;
@@ -48,6 +52,112 @@ const char* simd_name() {
 #else
   return "scalar";
 #endif
+}
+
+// The int8-activation kernels on one weight layout (planes 1: precision int8; 2: int16): for every row and token,
+//   kernel   dot_row_int8 (this build's SIMD) and gemm_int8 (prefill tiles) vs dot_row_int8_reference,
+//   identity the reference vs Σ ŵ·x̂ in double (dequantised weights times dequantised activations),
+// both within fp32 rounding: 1e-5 of Σ|ŵ·x̂|. Also prints the activation rounding error
+// |Σ ŵ·x̂ - Σ ŵ·x| / Σ|ŵ·x| (what the mode approximates).
+uint64_t int8_digest = 14695981039346656037ull;  // FNV-1a over every case's q and d
+
+int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols, DType scale_dtype) {
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const int rows = 7, tokens = 7;
+  LinearWeight w;
+  w.name = "int8";
+  w.rows = rows;
+  w.cols = cols;
+  w.dtype = DType::U32;
+  w.bits = bits;
+  w.group_size = group_size;
+  w.scale_dtype = scale_dtype;
+  std::vector<uint8_t> data(size_t(rows) * w.row_bytes()), scales(size_t(rows) * w.scale_row_bytes()), biases(scales.size());
+  for (auto& b : data) b = uint8_t(rng());
+  const size_t es = dtype_size(scale_dtype);
+  for (size_t i = 0; i < scales.size(); i += es) {
+    const float s = 0.05f * uni(rng), b = 0.3f * uni(rng);  // negative scales too
+    if (scale_dtype == DType::F32) {
+      std::memcpy(&scales[i], &s, 4);
+      std::memcpy(&biases[i], &b, 4);
+    } else if (scale_dtype == DType::BF16) {
+      const uint16_t hs = f32_to_bf16(s), hb = f32_to_bf16(b);
+      std::memcpy(&scales[i], &hs, 2);
+      std::memcpy(&biases[i], &hb, 2);
+    } else {  // F16: magnitudes 2^-7..2^-6 and 2^-4..2^-3, random signs
+      const uint16_t hs = uint16_t(0x2000 | (rng() & 0x3ff) | ((rng() & 1) << 15));
+      const uint16_t hb = uint16_t(0x2c00 | (rng() & 0x3ff) | ((rng() & 1) << 15));
+      std::memcpy(&scales[i], &hs, 2);
+      std::memcpy(&biases[i], &hb, 2);
+    }
+  }
+  w.data = {data.data()};
+  w.scales = {scales.data()};
+  w.biases = {biases.data()};
+  // Activations with a different magnitude per 32-column block, one all-zero block, and exact ties.
+  std::vector<float> x(size_t(tokens) * cols);
+  for (int t = 0; t < tokens; ++t)
+    for (int j = 0; j < cols / 32; ++j) {
+      const float mag = (t + j) % 5 == 3 ? 0.f : std::pow(4.f, float(int(rng() % 7) - 3));
+      for (int k = 0; k < 32; ++k) x[size_t(t) * cols + j * 32 + k] = mag * uni(rng);
+      if (mag > 0.f) x[size_t(t) * cols + j * 32 + 5] = mag, x[size_t(t) * cols + j * 32 + 6] = -0.5f * mag / 127.f * 3.f;
+    }
+  Int8Input in;
+  quantize_input(w, x.data(), tokens, &in, planes);
+  double kernel = 0, identity = 0, tiles = 0, quant = 0;
+  // Prefill tiles of 1-4 rows over 7 and 6 tokens (every row and token block shape the kernels have).
+  for (int n : {tokens, tokens - 1}) {
+    Int8Input part;
+    quantize_input(w, x.data(), n, &part, planes);
+    for (int nr = 1; nr <= 4; ++nr) {
+      std::vector<float> y(size_t(n) * rows, NAN);
+      for (int r0 = 0; r0 < rows; r0 += nr) gemm_int8(w, 0, r0, std::min(nr, rows - r0), part, y.data(), rows);
+      std::vector<float> wr(static_cast<size_t>(cols));
+      for (int r = 0; r < rows; ++r)
+        for (int t = 0; t < n; ++t) {
+          dequantize_row(w, row_of(w, 0, r), wr.data());
+          const double ref = dot_row_int8_reference(w, row_of(w, 0, r), part, t);
+          double mag = 0;
+          for (int i = 0; i < cols; ++i) mag += std::fabs(double(wr[size_t(i)]) * part.d[size_t(t) * part.blocks + i / 32] * part.q[size_t(t) * cols + i]);
+          const double e = std::fabs(y[size_t(t) * rows + r] - ref) / (mag > 0 ? mag : 1);
+          tiles = std::isnan(e) ? INFINITY : std::max(tiles, e);
+        }
+    }
+  }
+  std::vector<float> deq(static_cast<size_t>(cols));
+  for (int r = 0; r < rows; ++r) {
+    const Row row = row_of(w, 0, r);
+    dequantize_row(w, row, deq.data());
+    for (int t = 0; t < tokens; ++t) {
+      const float* xt = &x[size_t(t) * cols];
+      double exact = 0, mag = 0, fp = 0, fmag = 0;
+      for (int i = 0; i < cols; ++i) {
+        const double xh = double(in.d[size_t(t) * in.blocks + i / 32]) * in.q[size_t(t) * cols + i];
+        exact += double(deq[size_t(i)]) * xh;
+        mag += std::fabs(double(deq[size_t(i)]) * xh);
+        fp += double(deq[size_t(i)]) * xt[i];
+        fmag += std::fabs(double(deq[size_t(i)]) * xt[i]);
+      }
+      const double ref = dot_row_int8_reference(w, row, in, t);
+      const double scale = mag > 0 ? mag : 1;
+      kernel = std::max(kernel, std::fabs(dot_row_int8(w, row, in, t) - ref) / scale);
+      identity = std::max(identity, std::fabs(ref - exact) / scale);
+      quant = std::max(quant, std::fabs(exact - fp) / (fmag > 0 ? fmag : 1));
+    }
+  }
+  // The quantised activations must not depend on the ISA: every build variant prints the same digest.
+  for (int16_t v : in.q) int8_digest = (int8_digest ^ uint16_t(v)) * 1099511628211ull;
+  for (int8_t v : in.qk) int8_digest = (int8_digest ^ uint8_t(v)) * 1099511628211ull;
+  for (float v : in.d) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    int8_digest = (int8_digest ^ u) * 1099511628211ull;
+  }
+  const bool ok = kernel <= 1e-5 && tiles <= 1e-5 && identity <= 1e-5 && quant < 2e-2;
+  std::printf("%-11s %-5s bits=%d group=%-3d cols=%-4d scales=%-4s kernel %.1e tile %.1e identity %.1e (of sum|w*x|), "
+              "activation rounding %.1e %s\n",
+              int8_kernel_name(), planes == 2 ? "int16" : "int8", bits, group_size, cols, dtype_name(scale_dtype), kernel, tiles, identity, quant, ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -119,6 +229,18 @@ int main() {
     std::printf("%-6s %-4s bits=%d group=%-3d cols=%-4d max|err|=%.2e %s\n", simd_name(), dtype_name(c.dtype), c.bits,
                 c.group_size, c.cols, worst, ok ? "ok" : "FAIL");
   }
+  struct Int8Case {
+    int bits, group_size, cols;
+    DType scales;
+  };
+  const Int8Case int8_cases[] = {
+      {4, 64, 2048, DType::BF16}, {4, 32, 512, DType::BF16}, {4, 128, 1024, DType::BF16}, {4, 64, 64, DType::BF16},
+      {4, 32, 96, DType::BF16},   {4, 64, 192, DType::F16},  {4, 128, 384, DType::F32},  {8, 64, 2048, DType::BF16},
+      {8, 32, 512, DType::BF16},  {8, 32, 96, DType::F16},   {8, 128, 256, DType::F32},  {8, 64, 64, DType::BF16},
+  };
+  for (int planes : {1, 2})
+    for (const Int8Case& c : int8_cases) failures += int8_case(rng, planes, c.bits, c.group_size, c.cols, c.scales);
+  std::printf("int8 activations digest %016llx\n", static_cast<unsigned long long>(int8_digest));
   std::printf("%d failures\n", failures);
   return failures ? 1 : 0;
 }

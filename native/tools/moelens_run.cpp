@@ -1,6 +1,7 @@
 // moelens-run: loads a checkpoint with the C++ core alone (no Node) and runs a prefill and a greedy
 // decode, printing one JSON line of timings. Used on machines without Node (the GPU machine) and by
 // benchmarks. Usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu]
+// [--precision fp32|int8|int16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +23,9 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 void usage() {
-  std::fprintf(stderr, "usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu]\n");
+  std::fprintf(stderr,
+               "usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu] "
+               "[--precision fp32|int8|int16]\n");
 }
 
 }  // namespace
@@ -32,7 +35,7 @@ int main(int argc, char** argv) {
     usage();
     return argc < 2 ? 2 : 0;
   }
-  std::string dir = argv[1], backend = "cpu";
+  std::string dir = argv[1], backend = "cpu", precision = "fp32";
   int prompt = 16, decode = 16, threads = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
     else if (k == "--decode") decode = std::atoi(argv[i + 1]);
     else if (k == "--threads") threads = std::atoi(argv[i + 1]);
     else if (k == "--backend") backend = argv[i + 1];
+    else if (k == "--precision") precision = argv[i + 1];
     else {
       usage();
       return 2;
@@ -47,8 +51,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (backend != "cpu") fail("unknown backend '", backend, "'");
+    cpu::Precision p;
+    if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8 or int16)");
     auto t0 = Clock::now();
-    auto model = Model::load(dir, std::make_unique<CpuBackend>(threads));
+    auto model = Model::load(dir, std::make_unique<CpuBackend>(threads, p));
     double load_s = seconds_since(t0);
     const int vocab = model->config().vocab_size;
     // Lily's synthetic prompt: token i = ((i * 2654435761) mod 2^32) mod vocab.
@@ -69,9 +75,9 @@ int main(int argc, char** argv) {
     }
     double decode_s = seconds_since(t2);
     std::printf(
-        "{\"backend\":\"%s\",\"threads\":%d,\"load_s\":%.3f,\"prompt_tokens\":%zu,\"prefill_tok_s\":%.2f,"
+        "{\"backend\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"load_s\":%.3f,\"prompt_tokens\":%zu,\"prefill_tok_s\":%.2f,"
         "\"decode_tokens\":%d,\"decode_tok_s\":%.3f,\"tokens\":[%s]}\n",
-        model->backend().name(), static_cast<CpuBackend&>(model->backend()).threads(), load_s, ids.size(),
+        model->backend().name(), precision.c_str(), static_cast<CpuBackend&>(model->backend()).threads(), load_s, ids.size(),
         double(ids.size()) / prefill_s, decode, decode > 0 ? decode / decode_s : 0.0, tokens.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moelens-run: %s\n", e.what());

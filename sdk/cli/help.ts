@@ -19,6 +19,8 @@ Model:
                              (default: the embedded model, ${embeddedModelDir})
   --backend <name>           compute backend (default: cpu)
   --threads <n>              CPU threads (default: all cores)
+  --precision <p>            fp32 (default: exact), int8 or int16 (cpu backend: integer activations
+                             for quantized weights, faster, reduced precision; docs/performance.md)
 
 Generation (generate, chat):
   --max-tokens <n>           most tokens to generate (default 256)

@@ -24,7 +24,7 @@ export async function loadModel(options: CliOptions): Promise<Model> {
   }
   const bar = progressBar(process.stderr, `loading ${path.basename(dir)}`);
   try {
-    return await load(dir, { backend: options.backend, threads: options.threads, onProgress: bar?.update });
+    return await load(dir, { backend: options.backend, threads: options.threads, precision: options.precision, onProgress: bar?.update });
   } finally {
     bar?.end();
   }

@@ -1,6 +1,6 @@
 // Command-line flags: parsed with node:util parseArgs, then checked and converted.
 import { parseArgs } from "node:util";
-import type { BackendName } from "../model";
+import type { BackendName, Precision } from "../model";
 import type { GenerateOptions } from "../generate/generate";
 import { UsageError } from "./errors";
 
@@ -8,6 +8,7 @@ const FLAGS = {
   model: { type: "string" },
   backend: { type: "string" },
   threads: { type: "string" },
+  precision: { type: "string" },
   "max-tokens": { type: "string" },
   temperature: { type: "string" },
   "top-k": { type: "string" },
@@ -30,6 +31,7 @@ export interface CliOptions {
   model?: string;
   backend?: BackendName;
   threads?: number;
+  precision?: Precision;
   generation: GenerateOptions;
   system?: string;
   chat: boolean;
@@ -64,12 +66,18 @@ export function parseOptions(args: string[]): CliOptions {
     model: v.model,
     backend: v.backend as BackendName | undefined,
     threads: number("--threads", v.threads, { integer: true, min: 1 }),
+    precision: precision(v.precision),
     generation,
     system: v.system,
     chat: v.chat ?? false,
     json: v.json ?? false,
     help: v.help ?? false,
   };
+}
+
+export function precision(text: string | undefined): Precision | undefined {
+  if (text === undefined || text === "fp32" || text === "int8" || text === "int16") return text;
+  throw new UsageError(`--precision must be fp32, int8 or int16, got '${text}'`);
 }
 
 function number(flag: string, text: string | undefined, rule: { integer?: boolean; min?: number }): number | undefined {

@@ -19,7 +19,7 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 CpuBuffer::CpuBuffer(ElemType type, size_t count) : Buffer(type, count), data_(new uint32_t[count ? count : 1]()) {}
 
-CpuBackend::CpuBackend(int threads) : pool_(threads) {}
+CpuBackend::CpuBackend(int threads, Precision precision) : pool_(threads), precision_(precision) {}
 
 std::unique_ptr<Buffer> CpuBackend::alloc(ElemType type, size_t count) { return std::make_unique<CpuBuffer>(type, count); }
 
@@ -66,6 +66,11 @@ void CpuBackend::scale(View x, float s, size_t count) {
 }
 
 void CpuBackend::linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y) {
+  if (int8(w)) {
+    Int8Input in;
+    quantize(w, x, n, &in);
+    return linear_int8(w, expert, in, y);
+  }
   const int64_t rows = w.rows, cols = w.cols;
   if (n == 1) {
     PreparedInput in;
@@ -96,21 +101,63 @@ void CpuBackend::linear(const LinearWeight& w, int64_t expert, const float* x, i
   });
 }
 
+void CpuBackend::quantize(const LinearWeight& w, const float* x, int n, Int8Input* in) {
+  in->init(w, n, planes());
+  pool_.parallel_for(size_t(n), grain_for(size_t(w.cols) * 4), [&](size_t t0, size_t t1) {
+    for (size_t t = t0; t < t1; ++t) in->quantize_row(x + t * size_t(w.cols), int(t));
+  });
+}
+
+// The int8-activation matmul (int8.h): rows in parallel for one token, tiles of 4 rows x all tokens
+// otherwise (each tile's packed rows, a few KiB, stay in L1 while the tokens stream past).
+void CpuBackend::linear_int8(const LinearWeight& w, int64_t expert, const Int8Input& in, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  if (in.n == 1) {
+    pool_.parallel_for(size_t(rows), grain_for(size_t(cols)), [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r) y[r] = dot_row_int8(w, row_of(w, expert, int64_t(r)), in);
+    });
+    return;
+  }
+  constexpr int kTile = 4;
+  pool_.parallel_for(size_t((rows + kTile - 1) / kTile), grain_for(size_t(kTile) * cols * in.n), [&](size_t b0, size_t b1) {
+    for (size_t b = b0; b < b1; ++b) {
+      const int64_t r0 = int64_t(b) * kTile;
+      gemm_int8(w, expert, r0, int(std::min<int64_t>(kTile, rows - r0)), in, y, rows);
+    }
+  });
+}
+
 void CpuBackend::matmul(const Weight& weight, View x, int n, View out) {
   linear(static_cast<const CpuWeight&>(weight).w, 0, f32(x), n, f32(out));
 }
 
 void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
+  // int8 precision: the activations are quantised once per layout and shared by the jobs of that layout.
+  std::vector<std::unique_ptr<Int8Input>> quantized;
+  auto int8_input = [&](const LinearWeight& w) -> const Int8Input* {
+    if (!int8(w)) return nullptr;
+    for (const auto& q : quantized)
+      if (q->fits(w)) return q.get();
+    quantized.push_back(std::make_unique<Int8Input>());
+    quantize(w, f32(x), n, quantized.back().get());
+    return quantized.back().get();
+  };
   if (n != 1) {
-    for (const MatmulJob& j : jobs) matmul(*j.weight, x, n, j.out);
+    for (const MatmulJob& j : jobs) {
+      const LinearWeight& w = static_cast<const CpuWeight*>(j.weight)->w;
+      if (const Int8Input* q = int8_input(w)) linear_int8(w, 0, *q, f32(j.out));
+      else matmul(*j.weight, x, n, j.out);
+    }
     return;
   }
   // Decode: one parallel loop over the rows of every matrix.
   std::vector<PreparedInput> in(jobs.size());
+  std::vector<const Int8Input*> in8(jobs.size());
   std::vector<size_t> first_row(jobs.size() + 1, 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const LinearWeight& w = static_cast<const CpuWeight*>(jobs[i].weight)->w;
-    prepare_input(w, f32(x), &in[i]);
+    in8[i] = int8_input(w);
+    if (!in8[i]) prepare_input(w, f32(x), &in[i]);
     first_row[i + 1] = first_row[i] + size_t(w.rows);
   }
   const size_t cols = size_t(static_cast<const CpuWeight*>(jobs[0].weight)->w.cols);
@@ -120,7 +167,8 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
       while (r >= first_row[j + 1]) ++j;
       const LinearWeight& w = static_cast<const CpuWeight*>(jobs[j].weight)->w;
       const size_t local = r - first_row[j];
-      f32(jobs[j].out)[local] = dot_row(w, row_of(w, 0, int64_t(local)), in[j]);
+      const Row row = row_of(w, 0, int64_t(local));
+      f32(jobs[j].out)[local] = in8[j] ? dot_row_int8(w, row, *in8[j]) : dot_row(w, row, in[j]);
     }
   });
 }
@@ -140,6 +188,16 @@ void CpuBackend::swiglu(View gate, View up, size_t count, View out) {
 
 void CpuBackend::add_gated(View acc, View y, View gate_logit, int n, int dim, float s) {
   for (int t = 0; t < n; ++t) axpy(s * sigmoid(f32(gate_logit)[t]), f32(y) + size_t(t) * dim, f32(acc) + size_t(t) * dim, dim);
+}
+
+void CpuBackend::argmax(View logits, int rows, int vocab, View ids) {
+  for (int r = 0; r < rows; ++r) {
+    const float* v = f32(logits) + size_t(r) * vocab;
+    int best = 0;
+    for (int i = 1; i < vocab; ++i)
+      if (v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+    i32(ids)[r] = best;
+  }
 }
 
 void CpuBackend::route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
@@ -178,8 +236,13 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
                                        const float* x, const int32_t* ids, const float* weights, int k, float* out) {
   const int64_t H = G.cols, I = G.rows;
   PreparedInput xg, xu;
-  prepare_input(G, x, &xg);
-  prepare_input(U, x, &xu);
+  Int8Input qg, qu;  // int8 precision
+  const bool ig = int8(G), iu = int8(U), id = int8(D);
+  if (ig) quantize_input(G, x, 1, &qg, planes());
+  else prepare_input(G, x, &xg);
+  if (iu && !(ig && qg.fits(U))) quantize_input(U, x, 1, &qu, planes());
+  if (!iu) prepare_input(U, x, &xu);
+  const Int8Input& qup = iu && ig && qg.fits(U) ? qg : qu;
   // gate and up rows of every chosen expert: h[s] = silu(gate_s · x) * (up_s · x)
   std::vector<float> g(size_t(k) * I), u(size_t(k) * I);
   pool_.parallel_for(size_t(2 * k) * I, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
@@ -189,19 +252,25 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
       const int s = int(slot_row / I);
       const int64_t r = int64_t(slot_row % I);
       const LinearWeight& w = is_up ? U : G;
-      (is_up ? u : g)[slot_row] = dot_row(w, row_of(w, ids[s], r), is_up ? xu : xg);
+      const Row row = row_of(w, ids[s], r);
+      (is_up ? u : g)[slot_row] = (is_up ? iu : ig) ? dot_row_int8(w, row, is_up ? qup : qg) : dot_row(w, row, is_up ? xu : xg);
     }
   });
   std::vector<PreparedInput> hd(static_cast<size_t>(k));
+  std::vector<Int8Input> hd8(static_cast<size_t>(id ? k : 0));
   for (int s = 0; s < k; ++s) {
     for (int64_t i = 0; i < I; ++i) g[size_t(s) * I + i] = silu(g[size_t(s) * I + i]) * u[size_t(s) * I + i];
-    prepare_input(D, &g[size_t(s) * I], &hd[size_t(s)]);
+    if (id) quantize_input(D, &g[size_t(s) * I], 1, &hd8[size_t(s)], planes());
+    else prepare_input(D, &g[size_t(s) * I], &hd[size_t(s)]);
   }
   // down rows: out[r] = Σ_s weight_s · down_s[r] · h[s]
   pool_.parallel_for(size_t(H), grain_for(size_t(I) * k), [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       float acc = 0.f;
-      for (int s = 0; s < k; ++s) acc += weights[s] * dot_row(D, row_of(D, ids[s], int64_t(r)), hd[size_t(s)]);
+      for (int s = 0; s < k; ++s) {
+        const Row row = row_of(D, ids[s], int64_t(r));
+        acc += weights[s] * (id ? dot_row_int8(D, row, hd8[size_t(s)]) : dot_row(D, row, hd[size_t(s)]));
+      }
       out[r] = acc;
     }
   });
@@ -225,6 +294,8 @@ void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       by_expert[size_t(e)].push_back({t, f32(weights)[size_t(t) * k + s]});
     }
   std::vector<float> xin, g, u, y;
+  Int8Input xin8;
+  if (int8(G)) xin8.init(G, 0, planes());  // sets the layout fits() compares
   for (size_t e = 0; e < by_expert.size(); ++e) {
     const auto& list = by_expert[e];
     if (list.empty()) continue;
@@ -234,8 +305,14 @@ void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
     g.resize(size_t(m) * I);
     u.resize(size_t(m) * I);
     y.resize(size_t(m) * H);
-    linear(G, int64_t(e), xin.data(), m, g.data());
-    linear(U, int64_t(e), xin.data(), m, u.data());
+    if (int8(G) && int8(U) && xin8.fits(U)) {  // int8 precision: gate and up share the quantised tokens
+      quantize(G, xin.data(), m, &xin8);
+      linear_int8(G, int64_t(e), xin8, g.data());
+      linear_int8(U, int64_t(e), xin8, u.data());
+    } else {
+      linear(G, int64_t(e), xin.data(), m, g.data());
+      linear(U, int64_t(e), xin.data(), m, u.data());
+    }
     for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
     linear(D, int64_t(e), g.data(), m, y.data());
     for (int j = 0; j < m; ++j) axpy(list[j].second, &y[size_t(j) * H], o + size_t(list[j].first) * H, H);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "../../core/backend.h"
+#include "int8.h"
 #include "thread_pool.h"
 
 namespace moelens {
@@ -27,9 +28,14 @@ class CpuWeight final : public Weight {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads = 0);
+  // precision: how quantised (MLX 4/8-bit) matmuls treat their activations: fp32 (exact, the default and
+  // the reference), or int8 / int16 (opt-in, reduced precision, integer dot products; see int8.h).
+  // Dense weights are always fp32.
+  explicit CpuBackend(int threads = 0, cpu::Precision precision = cpu::Precision::F32);
   const char* name() const override { return "cpu"; }
   int threads() const { return pool_.size(); }
+  cpu::Precision precision() const { return precision_; }
+  void set_precision(cpu::Precision p) { precision_ = p; }
 
   std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;
   std::unique_ptr<Buffer> upload(const std::vector<float>& values) override;
@@ -64,14 +70,21 @@ class CpuBackend final : public Backend {
                    int k, View out) override;
   void swiglu(View gate, View up, size_t count, View out) override;
   void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) override;
+  void argmax(View logits, int rows, int vocab, View ids) override;
 
  private:
   // y[n, rows] = x[n, cols] · W_eᵀ for expert e (0 for plain matrices).
   void linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y);
+  // Whether `w`'s matmuls run on the integer kernels (precision int8 or int16); `in` holds x quantised for w.
+  bool int8(const LinearWeight& w) const { return precision_ != cpu::Precision::F32 && cpu::int8_supported(w); }
+  int planes() const { return cpu::activation_planes(precision_); }
+  void quantize(const LinearWeight& w, const float* x, int n, cpu::Int8Input* in);
+  void linear_int8(const LinearWeight& w, int64_t expert, const cpu::Int8Input& in, float* y);
   // One token through its k experts with two parallel loops (gate/up rows, then down rows).
   void moe_experts_one_token(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
                              const int32_t* ids, const float* weights, int k, float* out);
   ThreadPool pool_;
+  cpu::Precision precision_;
 };
 
 // Iterations per parallel chunk so that each chunk carries at least ~32K multiply-adds: below that,

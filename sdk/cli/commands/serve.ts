@@ -4,11 +4,13 @@ import type { BackendName } from "../../model";
 import { DEFAULT_MAX_BODY_BYTES, serve } from "../../serve/server";
 import { UsageError } from "../errors";
 import { loadModel } from "../load-model";
+import { precision } from "../options";
 
 const FLAGS = {
   model: { type: "string" },
   backend: { type: "string" },
   threads: { type: "string" },
+  precision: { type: "string" },
   host: { type: "string" },
   port: { type: "string" },
   "api-key": { type: "string" },
@@ -33,6 +35,7 @@ Options:
   --model <dir>              checkpoint folder (default: the embedded model)
   --backend <name>           compute backend (default: cpu)
   --threads <n>              CPU threads (default: all cores)
+  --precision <p>            fp32 (default: exact), int8 or int16 (faster, reduced precision; docs/performance.md)
   --host <address>           interface to listen on (default 127.0.0.1: this machine only)
   --port <n>                 port (default 8000; 0 picks a free one)
   --api-key <key>            require "Authorization: Bearer <key>" on /v1/* (default: the
@@ -78,6 +81,7 @@ export async function serveCommand(args: string[]): Promise<number> {
     model: v.model,
     backend: v.backend as BackendName | undefined,
     threads: number("--threads", v.threads, 1),
+    precision: precision(v.precision),
     generation: {},
     chat: false,
     json: false,

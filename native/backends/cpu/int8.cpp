@@ -1,0 +1,671 @@
+#include "int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define MOELENS_I8_AVX2 1
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define MOELENS_I8_VNNI 1
+#endif
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#define MOELENS_I8_NEON 1
+#endif
+
+namespace moelens::cpu {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Int8: return "int8";
+    case Precision::Int16: return "int16";
+    default: return "fp32";
+  }
+}
+
+bool parse_precision(const std::string& name, Precision* out) {
+  if (name == "fp32") *out = Precision::F32;
+  else if (name == "int8") *out = Precision::Int8;
+  else if (name == "int16") *out = Precision::Int16;
+  else return false;
+  return true;
+}
+
+const char* int8_kernel_name() {
+#if MOELENS_I8_VNNI
+  return "avx512-vnni";
+#elif MOELENS_I8_AVX2
+  return "avx2";
+#elif MOELENS_I8_NEON && defined(__ARM_FEATURE_DOTPROD)
+  return "neon-dotprod";
+#elif MOELENS_I8_NEON
+  return "neon";
+#else
+  return "scalar";
+#endif
+}
+
+namespace {
+
+constexpr int kBlock = 32;
+inline int64_t chunk_cols(int bits) { return bits == 4 ? 128 : 64; }
+// The 32-column block whose products int32 lane l (0..15) of chunk c sums (see Int8Input).
+inline int64_t lane_block(int bits, int64_t c, int l) { return bits == 4 ? 4 * c + l / 4 : 2 * c + l / 8; }
+
+inline int weight_at(const uint8_t* data, int bits, int64_t col) {
+  return bits == 8 ? data[col] : (data[col / 2] >> (4 * (col & 1))) & 0xF;
+}
+
+// n floats stored as F32 / F16 / BF16 -> fp32.
+[[maybe_unused]] void to_f32(const uint8_t* p, DType t, int64_t n, float* out) {
+  int64_t i = 0;
+#if MOELENS_I8_VNNI
+  if (t == DType::BF16)
+    for (; i + 16 <= n; i += 16) {
+      __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i));
+      _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    }
+#elif MOELENS_I8_AVX2
+  if (t == DType::BF16)
+    for (; i + 8 <= n; i += 8) {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i));
+      _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+#endif
+  if (t == DType::F32) {
+    std::memcpy(out + i, p + 4 * i, size_t(n - i) * 4);
+    return;
+  }
+#if MOELENS_I8_VNNI
+  if (t == DType::BF16 && i < n) {  // the last 1-15
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * i);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    return;
+  }
+#endif
+  for (; i < n; ++i) out[i] = load_float(p, t, size_t(i));
+}
+
+#if MOELENS_I8_AVX2 && !MOELENS_I8_VNNI
+// One weight row's scales and biases as fp32, followed by 16 zeros, so that vector loads past the last
+// group (up to the activations' gstride, at most 15 past) read zeros. For the AVX2 kernels; the
+// AVX-512 ones widen the stored values in registers (LaneScales).
+class RowScales {
+ public:
+  RowScales(const LinearWeight& w, const Row& row) {
+    const int64_t groups = w.cols / w.group_size;
+    if (groups + 16 <= kStack) {
+      s = sbuf_;
+      b = bbuf_;
+    } else {
+      heap_.resize(size_t(2 * (groups + 16)));
+      s = heap_.data();
+      b = heap_.data() + groups + 16;
+    }
+    to_f32(row.scales, w.scale_dtype, groups, s);
+    to_f32(row.biases, w.scale_dtype, groups, b);
+    for (int i = 0; i < 16; ++i) s[groups + i] = b[groups + i] = 0.f;
+  }
+  float* s;
+  float* b;
+
+ private:
+  static constexpr int64_t kStack = 528;
+  float sbuf_[kStack], bbuf_[kStack];
+  std::vector<float> heap_;
+};
+#endif
+
+}  // namespace
+
+bool int8_supported(const LinearWeight& w) {
+  const int g = w.group_size;
+  return w.quantized() && (w.bits == 4 || w.bits == 8) && g >= kBlock && (g & (g - 1)) == 0 && w.cols % g == 0 &&
+         is_float_dtype(w.scale_dtype);
+}
+
+void Int8Input::init(const LinearWeight& w, int rows, int activation_planes) {
+  n = rows;
+  planes = activation_planes;
+  cols = w.cols;
+  bits = w.bits;
+  group_size = w.group_size;
+  blocks = cols / kBlock;
+  const int64_t cc = chunk_cols(bits);
+  chunks = (cols + cc - 1) / cc;
+  kstride = chunks * cc * planes;
+  gstride = (cols / group_size + 15) / 16 * 16;
+  for (gshift = 0; (1 << gshift) < group_size;) ++gshift;
+  for (int l = 0; l < 16; ++l) lane_group[l] = int32_t((lane_block(bits, 0, l) * kBlock) >> gshift);
+  q.assign(size_t(n) * size_t(cols), 0);
+  qk.assign(size_t(n) * size_t(kstride), 0);
+  d.assign(size_t(n) * size_t(blocks), 0.f);
+  dlane.assign(size_t(n) * size_t(chunks) * 16, 0.f);
+  bsum.assign(size_t(n) * size_t(gstride), 0.f);
+}
+
+void Int8Input::quantize_row(const float* x, int t) {
+  int16_t* qr = q.data() + size_t(t) * size_t(cols);
+  float* dr = d.data() + size_t(t) * size_t(blocks);
+  float* bs = bsum.data() + size_t(t) * size_t(gstride);
+  int8_t* kr = qk.data() + size_t(t) * size_t(kstride);
+  const float qmax = planes == 2 ? 16256.f : 127.f;  // 127·128: the high plane stays within ±127
+  const int64_t cc = chunk_cols(bits);
+  // Every ISA computes the same values (round(x / d), half to even, is exact IEEE arithmetic either
+  // way), so every kernel sees the same activations; moelens-dot-test compares the builds.
+#if MOELENS_I8_VNNI
+  const __m512 hi = _mm512_set1_ps(qmax), lo = _mm512_set1_ps(-qmax);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t j = 0; j < blocks; ++j) {
+    const __m512 xa = _mm512_loadu_ps(x + j * kBlock), xb = _mm512_loadu_ps(x + j * kBlock + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(xa), _mm512_abs_ps(xb)));
+    const float dj = amax / qmax;
+    __m512i qa = _mm512_setzero_si512(), qb = _mm512_setzero_si512();
+    if (dj > 0.f) {
+      const __m512 dv = _mm512_set1_ps(dj);
+      auto quant = [&](__m512 v) {
+        v = _mm512_roundscale_ps(_mm512_div_ps(v, dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);  // NaN -> 0
+        return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+      };
+      qa = quant(xa);
+      qb = quant(xb);
+    }
+    dr[j] = dj;
+    bs[j * kBlock / group_size] += dj * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + j * kBlock), _mm512_cvtepi32_epi16(qa));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + j * kBlock + 16), _mm512_cvtepi32_epi16(qb));
+    // Kernel order: plane 0 (q, or round(q / 128) for int16), plane 1 (q - 128·plane 0, within ±64).
+    const int64_t c = j / (cc / kBlock), jj = j % (cc / kBlock);
+    for (int plane = 0; plane < planes; ++plane) {
+      __m512i va = qa, vb = qb;
+      if (planes == 2) {
+        const __m512 r = _mm512_set1_ps(1.f / 128.f);
+        auto high = [&](__m512i v) {
+          return _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), r), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        };
+        const __m512i ha = high(qa), hb = high(qb);
+        va = plane == 0 ? ha : _mm512_sub_epi32(qa, _mm512_slli_epi32(ha, 7));
+        vb = plane == 0 ? hb : _mm512_sub_epi32(qb, _mm512_slli_epi32(hb, 7));
+      }
+      int8_t* o = kr + (c * planes + plane) * cc;
+      if (bits == 4) {  // even columns of the block at 16·jj, odd ones at 64 + 16·jj
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * jj), _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(va, even, vb)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 64 + 16 * jj), _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(va, odd, vb)));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 * jj), _mm512_cvtepi32_epi8(va));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 * jj + 16), _mm512_cvtepi32_epi8(vb));
+      }
+    }
+  }
+#else
+  for (int64_t j = 0; j < blocks; ++j) {
+    const float* xb = x + j * kBlock;
+    float amax = 0.f;
+    for (int k = 0; k < kBlock; ++k) amax = std::max(amax, std::fabs(xb[k]));
+    const float dj = amax / qmax;
+    int sum = 0;
+    for (int k = 0; k < kBlock; ++k) {
+      float v = dj > 0.f ? std::nearbyint(xb[k] / dj) : 0.f;
+      v = v == v ? v : 0.f;  // NaN -> 0
+      v = v > qmax ? qmax : v < -qmax ? -qmax : v;
+      qr[j * kBlock + k] = int16_t(v);
+      sum += int(v);
+    }
+    dr[j] = dj;
+    bs[j * kBlock / group_size] += dj * float(sum);
+  }
+  // Kernel order, per chunk: plane 0 (q itself for int8; round(q / 128) for int16), then for int16 plane 1,
+  // q - 128·plane 0, within ±64.
+  auto value = [&](int64_t col, int plane) -> int8_t {
+    if (col >= cols) return 0;
+    const int v = qr[col];
+    if (planes == 1) return int8_t(v);
+    const int high = int(std::nearbyint(float(v) * (1.f / 128.f)));
+    return int8_t(plane == 0 ? high : v - 128 * high);
+  };
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int plane = 0; plane < planes; ++plane) {
+      int8_t* o = kr + (c * planes + plane) * cc;
+      if (bits == 4) {
+        for (int64_t p = 0; p < 64; ++p) {
+          o[p] = value(c * 128 + 2 * p, plane);
+          o[64 + p] = value(c * 128 + 2 * p + 1, plane);
+        }
+      } else {
+        for (int64_t p = 0; p < 64; ++p) o[p] = value(c * 64 + p, plane);
+      }
+    }
+#endif
+  float* dl = dlane.data() + size_t(t) * size_t(chunks) * 16;
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int l = 0; l < 16; ++l) {
+      const int64_t b = lane_block(bits, c, l);
+      dl[c * 16 + l] = b < blocks ? dr[b] : 0.f;
+    }
+}
+
+void quantize_input(const LinearWeight& w, const float* x, int n, Int8Input* out, int planes) {
+  out->init(w, n, planes);
+  for (int t = 0; t < n; ++t) out->quantize_row(x + size_t(t) * size_t(w.cols), t);
+}
+
+float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  const int g = w.group_size;
+  const int64_t groups = w.cols / g, per_group = g / kBlock;
+  const int16_t* xq = in.q.data() + size_t(t) * size_t(in.cols);
+  const float* d = in.d.data() + size_t(t) * size_t(in.blocks);
+  const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
+  float acc = 0.f;
+  for (int64_t G = 0; G < groups; ++G) {
+    float sg = 0.f;
+    for (int64_t jb = 0; jb < per_group; ++jb) {
+      const int64_t j = G * per_group + jb;
+      int32_t dot = 0;
+      for (int64_t col = j * kBlock; col < (j + 1) * kBlock; ++col) dot += weight_at(row.data, w.bits, col) * xq[col];
+      sg += d[j] * float(dot);
+    }
+    acc += load_float(row.scales, w.scale_dtype, size_t(G)) * sg + load_float(row.biases, w.scale_dtype, size_t(G)) * bs[G];
+  }
+  return acc;
+}
+
+namespace {
+
+#if MOELENS_I8_VNNI
+constexpr int kPrefetchBytes = 2048;
+
+// How a row stores its scales and biases: kScale 0 BF16, 1 F16, 2 F32.
+inline int scale_kind(DType t) { return t == DType::BF16 ? 0 : t == DType::F16 ? 1 : 2; }
+
+// 16 stored values from element i (the first n of them when m masks), as fp32.
+template <int kScale>
+inline __m512 load16_f32(const uint8_t* p, int64_t i, __mmask16 m) {
+  if (kScale == 2) return _mm512_maskz_loadu_ps(m, p + 4 * i);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * i);
+  if (kScale == 0) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+
+inline __mmask16 first_n(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+// The scale of the group each int32 lane of a chunk belongs to, read straight from the row's stored
+// scales and widened in registers (an fp32 copy written just before would stall these loads on store
+// forwarding, which costs more than the row's arithmetic on short rows).
+template <int kScale>
+struct LaneScales {
+  const uint8_t* p;
+  int64_t groups;
+  int64_t per_chunk;  // groups a chunk spans (1 when one group covers it)
+  __m512i idx;        // BF16: source word per odd 16-bit half; F16: source word per low word; F32: per dword
+  LaneScales(const uint8_t* scales, const Int8Input& in)
+      : p(scales), groups(in.cols >> in.gshift), per_chunk(std::max<int64_t>(1, chunk_cols(in.bits) >> in.gshift)) {
+    const __m512i lg = _mm512_loadu_si512(in.lane_group);
+    idx = kScale == 0 ? _mm512_slli_epi32(lg, 16) : kScale == 1 ? _mm512_castsi256_si512(_mm512_cvtepi32_epi16(lg)) : lg;
+  }
+  // Lanes of the chunk whose first group is g0.
+  __m512 operator()(int64_t g0) const {
+    const __mmask16 m = first_n(std::min(per_chunk, groups - g0));
+    if (kScale == 2) return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, p + 4 * g0));
+    const __m512i v = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, p + 2 * g0));
+    if (kScale == 0) return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAA, idx, v));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
+  }
+};
+
+inline __mmask64 tail_mask(int64_t bytes) { return bytes >= 64 ? ~__mmask64(0) : (__mmask64(1) << bytes) - 1; }
+
+// The weights of one chunk as vpdpbusd's unsigned operands: 4-bit, 64 packed bytes -> the low nibbles
+// (even columns) and the high nibbles (odd columns); 8-bit, the 64 bytes as they are.
+template <int kBits>
+struct ChunkWeights {
+  __m512i lo, hi;
+  ChunkWeights() = default;
+  explicit ChunkWeights(__m512i b) {
+    if (kBits == 4) {
+      const __m512i low = _mm512_set1_epi8(0x0F);
+      lo = _mm512_and_si512(b, low);
+      hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+    } else {
+      lo = hi = b;
+    }
+  }
+  // acc + the products with one activation plane (cc bytes at x) in int32 lanes.
+  __m512i dot(__m512i acc, const int8_t* x) const {
+    acc = _mm512_dpbusd_epi32(acc, lo, _mm512_loadu_si512(x));
+    return kBits == 4 ? _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(x + 64)) : acc;
+  }
+};
+
+// Σ_j d_j I_j per lane for one chunk; with two planes I = 128·I_high + I_low (exact in int32).
+template <int kBits, int kPlanes>
+inline __m512 chunk(const ChunkWeights<kBits>& cw, const int8_t* xk, const float* dl) {
+  __m512i dot = cw.dot(_mm512_setzero_si512(), xk);
+  if (kPlanes == 2) dot = cw.dot(_mm512_slli_epi32(dot, 7), xk + chunk_cols(kBits));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps(dl));
+}
+
+// One row (decode). Two accumulators over alternate chunks; the bias term joins through the group
+// vectors, so there is one horizontal sum per row.
+template <int kBits, int kPlanes, int kScale>
+float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  const LaneScales<kScale> scales(row.scales, in);
+  const int gs = in.gshift;
+  const int64_t cc = chunk_cols(kBits), cb = cc * kBits / 8;  // columns and weight bytes per chunk
+  const int64_t chunks = in.chunks, row_bytes = w.cols * kBits / 8, full = row_bytes / cb;
+  const int8_t* xk = in.qk.data() + size_t(t) * size_t(in.kstride);
+  const float* dl = in.dlane.data() + size_t(t) * size_t(chunks) * 16;
+  const uint8_t* q = row.data;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 2 <= full; c += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64, _MM_HINT_T0);
+    const ChunkWeights<kBits> w0(_mm512_loadu_si512(q + c * cb)), w1(_mm512_loadu_si512(q + (c + 1) * cb));
+    acc0 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w0, xk + c * cc * kPlanes, dl + c * 16),
+                           scales((c * cc) >> gs), acc0);
+    acc1 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w1, xk + (c + 1) * cc * kPlanes, dl + (c + 1) * 16),
+                           scales(((c + 1) * cc) >> gs), acc1);
+  }
+  for (; c < chunks; ++c) {
+    const ChunkWeights<kBits> wc(_mm512_maskz_loadu_epi8(tail_mask(row_bytes - c * cb), q + c * cb));
+    acc0 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(wc, xk + c * cc * kPlanes, dl + c * 16),
+                           scales((c * cc) >> gs), acc0);
+  }
+  const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
+  for (int64_t i = 0; i < scales.groups; i += 16)
+    acc1 = _mm512_fmadd_ps(load16_f32<kScale>(row.biases, i, first_n(scales.groups - i)), _mm512_loadu_ps(bs + i), acc1);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+// R rows x T tokens (prefill). Each row's chunk is loaded and unpacked once per block of T tokens.
+// sx: the rows' lane scales, [R][chunks][16]; bx: their biases, [R][gstride].
+template <int kBits, int kPlanes, int R, int T>
+void tile_vnni(const uint8_t* const* rows, const float* sx, const float* bx, const Int8Input& in, int t0, int64_t row_bytes,
+               float* y, int64_t ldy, int64_t r0) {
+  const int64_t cc = chunk_cols(kBits), cb = cc * kBits / 8, chunks = in.chunks, full = row_bytes / cb;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    ChunkWeights<kBits> cw[R];
+    for (int r = 0; r < R; ++r)
+      cw[r] = ChunkWeights<kBits>(c < full ? _mm512_loadu_si512(rows[r] + c * cb)
+                                           : _mm512_maskz_loadu_epi8(tail_mask(row_bytes - c * cb), rows[r] + c * cb));
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xk = in.qk.data() + size_t(t0 + t) * size_t(in.kstride) + c * cc * kPlanes;
+      const __m512 dl = _mm512_loadu_ps(in.dlane.data() + (size_t(t0 + t) * size_t(chunks) + size_t(c)) * 16);
+      for (int r = 0; r < R; ++r) {
+        __m512i dot = cw[r].dot(_mm512_setzero_si512(), xk);
+        if (kPlanes == 2) dot = cw[r].dot(_mm512_slli_epi32(dot, 7), xk + cc);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dl), _mm512_loadu_ps(sx + (r * chunks + c) * 16),
+                                    acc[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const float* bs = in.bsum.data() + size_t(t0 + t) * size_t(in.gstride);
+    for (int r = 0; r < R; ++r) {
+      __m512 a = acc[r][t];
+      for (int64_t i = 0; i < in.gstride; i += 16)
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(bx + r * in.gstride + i), _mm512_loadu_ps(bs + i), a);
+      y[size_t(t0 + t) * size_t(ldy) + size_t(r0 + r)] = _mm512_reduce_add_ps(a);
+    }
+  }
+}
+
+template <int kBits, int kPlanes, int R>
+void rows_vnni(const uint8_t* const* rows, const float* sx, const float* bx, const Int8Input& in, int64_t row_bytes, float* y,
+               int64_t ldy, int64_t r0) {
+  constexpr int T = R >= 3 ? 3 : 4;
+  int t = 0;
+  for (; t + T <= in.n; t += T) tile_vnni<kBits, kPlanes, R, T>(rows, sx, bx, in, t, row_bytes, y, ldy, r0);
+  switch (in.n - t) {
+    case 3: tile_vnni<kBits, kPlanes, R, 3>(rows, sx, bx, in, t, row_bytes, y, ldy, r0); break;
+    case 2: tile_vnni<kBits, kPlanes, R, 2>(rows, sx, bx, in, t, row_bytes, y, ldy, r0); break;
+    case 1: tile_vnni<kBits, kPlanes, R, 1>(rows, sx, bx, in, t, row_bytes, y, ldy, r0); break;
+    default: break;
+  }
+}
+
+template <int kBits, int kPlanes>
+void gemm_vnni(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
+  const int64_t chunks = in.chunks, groups = w.cols / w.group_size;
+  // Per thread, reused across calls: the tiles' lane scales, biases (zero-padded) and one row's scales.
+  thread_local std::vector<float> scratch;
+  scratch.resize(size_t(nr) * size_t(chunks) * 16 + size_t(nr) * size_t(in.gstride) + size_t(groups));
+  float* sx = scratch.data();
+  float* bx = sx + size_t(nr) * size_t(chunks) * 16;
+  float* s = bx + size_t(nr) * size_t(in.gstride);
+  std::fill(bx, s, 0.f);
+  const uint8_t* rows[4];
+  for (int r = 0; r < nr; ++r) {
+    const Row row = row_of(w, expert, r0 + r);
+    rows[r] = row.data;
+    to_f32(row.scales, w.scale_dtype, groups, s);
+    to_f32(row.biases, w.scale_dtype, groups, bx + size_t(r) * size_t(in.gstride));
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int l = 0; l < 16; ++l) {
+        const int64_t b = lane_block(kBits, c, l);
+        sx[(size_t(r) * size_t(chunks) + size_t(c)) * 16 + size_t(l)] = b < in.blocks ? s[size_t(b * kBlock / w.group_size)] : 0.f;
+      }
+  }
+  const int64_t row_bytes = int64_t(w.row_bytes());
+  switch (nr) {
+    case 4: return rows_vnni<kBits, kPlanes, 4>(rows, sx, bx, in, row_bytes, y, ldy, r0);
+    case 3: return rows_vnni<kBits, kPlanes, 3>(rows, sx, bx, in, row_bytes, y, ldy, r0);
+    case 2: return rows_vnni<kBits, kPlanes, 2>(rows, sx, bx, in, row_bytes, y, ldy, r0);
+    case 1: return rows_vnni<kBits, kPlanes, 1>(rows, sx, bx, in, row_bytes, y, ldy, r0);
+    default: break;
+  }
+}
+#endif  // MOELENS_I8_VNNI
+
+#if MOELENS_I8_AVX2 && !MOELENS_I8_VNNI
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 4-bit: per 64 columns (32 packed bytes), maddubs of the low nibbles with the even activations and of
+// the high nibbles with the odd ones (at most 2·15·127 per int16 pair, no saturation), madd to int32.
+// Lanes 0-3 sum block 4c+2h, lanes 4-7 block 4c+2h+1: the first or second half of the chunk's dlane.
+// Two planes: 128·(high-plane sum) + low-plane sum.
+template <int kPlanes>
+float dot_q4_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  const RowScales rs(w, row);
+  const int g = w.group_size;
+  const int64_t cols = w.cols;
+  const int8_t* xk = in.qk.data() + size_t(t) * size_t(in.kstride);
+  const float* dl = in.dlane.data() + size_t(t) * size_t(in.chunks) * 16;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t c = 0; c < in.chunks; ++c)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t col0 = c * 128 + 64 * h;
+      if (col0 >= cols) break;
+      const int64_t bytes = std::min<int64_t>(32, (cols - col0) / 2);
+      __m256i b;
+      if (bytes == 32) {
+        b = load256(row.data + col0 / 2);
+      } else {
+        alignas(32) uint8_t part[32] = {};
+        std::memcpy(part, row.data + col0 / 2, size_t(bytes));
+        b = load256(part);
+      }
+      const __m256i lo = _mm256_and_si256(b, low), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low);
+      auto plane = [&](const int8_t* x) {
+        return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, load256(x)), _mm256_maddubs_epi16(hi, load256(x + 64))), ones);
+      };
+      const int8_t* x = xk + c * 128 * kPlanes + 32 * h;
+      __m256i dot = plane(x);
+      if (kPlanes == 2) dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7), plane(x + 128));
+      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_loadu_ps(dl + c * 16 + 8 * h));
+      const __m256 s = g >= 64 ? _mm256_set1_ps(rs.s[col0 >> in.gshift])
+                               : _mm256_permutevar8x32_ps(_mm256_loadu_ps(rs.s + (col0 >> in.gshift)), idx);
+      if (h) acc1 = _mm256_fmadd_ps(f, s, acc1);
+      else acc0 = _mm256_fmadd_ps(f, s, acc0);
+    }
+  const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
+  for (int64_t i = 0; i < in.gstride; i += 8) acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(rs.b + i), _mm256_loadu_ps(bs + i), acc1);
+  return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
+// 8-bit: weights up to 255 would saturate maddubs's int16 pairs (2·255·127 > 32767), so both sides
+// widen to int16 and madd (vpmaddwd) sums pairs into int32 exactly (two planes: the activations
+// 128·high + low, within ±16256, still fit int16). One 32-column block per step.
+template <int kPlanes>
+float dot_q8_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  const RowScales rs(w, row);
+  const int8_t* xk = in.qk.data() + size_t(t) * size_t(in.kstride);
+  const float* d = in.d.data() + size_t(t) * size_t(in.blocks);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  auto i128 = [](const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); };
+  auto act16 = [&](const int8_t* x) {  // 16 activations as int16, from one plane or two (64 bytes apart)
+    __m256i v = _mm256_cvtepi8_epi16(i128(x));
+    return kPlanes == 2 ? _mm256_add_epi16(_mm256_slli_epi16(v, 7), _mm256_cvtepi8_epi16(i128(x + 64))) : v;
+  };
+  for (int64_t j = 0; j < in.blocks; ++j) {
+    const uint8_t* q = row.data + j * kBlock;
+    const int8_t* x = xk + (j / 2) * 64 * kPlanes + (j % 2) * kBlock;  // chunks of 64 columns per plane
+    const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(i128(q)), act16(x)),
+                                         _mm256_madd_epi16(_mm256_cvtepu8_epi16(i128(q + 16)), act16(x + 16)));
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d[j]));
+    const __m256 s = _mm256_set1_ps(rs.s[(j * kBlock) >> in.gshift]);
+    if (j & 1) acc1 = _mm256_fmadd_ps(f, s, acc1);
+    else acc0 = _mm256_fmadd_ps(f, s, acc0);
+  }
+  const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
+  for (int64_t i = 0; i < in.gstride; i += 8) acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(rs.b + i), _mm256_loadu_ps(bs + i), acc1);
+  return hsum8(_mm256_add_ps(acc0, acc1));
+}
+#endif
+
+#if MOELENS_I8_NEON
+// 4-bit: per 32-column block, 16 packed bytes: the low nibbles (even columns) against the block's 16
+// even activations, the high nibbles (odd columns) against the 16 odd ones (kernel order), as signed
+// bytes (weights 0..15). With the dot-product extension, sdot; without it, vmull/vmlal into int16
+// (4 products of at most 15·127 per lane) and a widening horizontal add.
+inline int32_t block_q4_neon(uint8x16_t b, const int8_t* xe, const int8_t* xo) {
+  const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(0x0F)));
+  const int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+  const int8x16_t e = vld1q_s8(xe), o = vld1q_s8(xo);
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, e), hi, o));
+#else
+  int16x8_t p = vmull_s8(vget_low_s8(lo), vget_low_s8(e));
+  p = vmlal_high_s8(p, lo, e);
+  p = vmlal_s8(p, vget_low_s8(hi), vget_low_s8(o));
+  p = vmlal_high_s8(p, hi, o);
+  return vaddlvq_s16(p);
+#endif
+}
+
+// 8-bit: weights up to 255 do not fit a signed byte, so both sides widen to int16 (two planes
+// combine there, 128·high + low within ±16256) and multiply-accumulate into int32.
+template <int kPlanes>
+inline int32_t block_q8_neon(const uint8_t* q, const int8_t* x) {
+  int32x4_t acc = vdupq_n_s32(0);
+  for (int h = 0; h < 32; h += 16) {
+    const uint8x16_t w = vld1q_u8(q + h);
+    const int8x16_t v = vld1q_s8(x + h);
+    int16x8_t xl = vmovl_s8(vget_low_s8(v)), xh = vmovl_high_s8(v);
+    if (kPlanes == 2) {
+      const int8x16_t l = vld1q_s8(x + h + 64);
+      xl = vaddq_s16(vshlq_n_s16(xl, 7), vmovl_s8(vget_low_s8(l)));
+      xh = vaddq_s16(vshlq_n_s16(xh, 7), vmovl_high_s8(l));
+    }
+    const int16x8_t wl = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(w))), wh = vreinterpretq_s16_u16(vmovl_high_u8(w));
+    acc = vmlal_s16(acc, vget_low_s16(wl), vget_low_s16(xl));
+    acc = vmlal_high_s16(acc, wl, xl);
+    acc = vmlal_s16(acc, vget_low_s16(wh), vget_low_s16(xh));
+    acc = vmlal_high_s16(acc, wh, xh);
+  }
+  return vaddvq_s32(acc);
+}
+
+// One row: the integer sum of each block as above, then the reference's fp32 arithmetic per group.
+template <int kBits, int kPlanes>
+float dot_neon(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  const int64_t cc = chunk_cols(kBits), per_chunk = cc / kBlock, per_group = w.group_size / kBlock;
+  const int8_t* xk = in.qk.data() + size_t(t) * size_t(in.kstride);
+  const float* d = in.d.data() + size_t(t) * size_t(in.blocks);
+  const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
+  float acc = 0.f, sg = 0.f;
+  for (int64_t j = 0; j < in.blocks; ++j) {
+    const int64_t c = j / per_chunk, jj = j % per_chunk;
+    const int8_t* x = xk + c * cc * kPlanes;  // the chunk's plane 0
+    int32_t dot;
+    if (kBits == 4) {
+      const uint8x16_t b = vld1q_u8(row.data + j * 16);
+      dot = block_q4_neon(b, x + 16 * jj, x + 64 + 16 * jj);
+      if (kPlanes == 2) dot = 128 * dot + block_q4_neon(b, x + cc + 16 * jj, x + cc + 64 + 16 * jj);
+    } else {
+      dot = block_q8_neon<kPlanes>(row.data + j * kBlock, x + kBlock * jj);
+    }
+    sg += d[j] * float(dot);
+    if ((j + 1) % per_group == 0) {
+      const int64_t G = j / per_group;
+      acc += load_float(row.scales, w.scale_dtype, size_t(G)) * sg + load_float(row.biases, w.scale_dtype, size_t(G)) * bs[G];
+      sg = 0.f;
+    }
+  }
+  return acc;
+}
+#endif
+
+#if MOELENS_I8_VNNI
+template <int kBits, int kPlanes>
+float dot_vnni_scales(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  switch (scale_kind(w.scale_dtype)) {
+    case 0: return dot_vnni<kBits, kPlanes, 0>(w, row, in, t);
+    case 1: return dot_vnni<kBits, kPlanes, 1>(w, row, in, t);
+    default: return dot_vnni<kBits, kPlanes, 2>(w, row, in, t);
+  }
+}
+#endif
+
+}  // namespace
+
+float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  const bool two = in.planes == 2;
+#if MOELENS_I8_VNNI
+  if (w.bits == 4) return two ? dot_vnni_scales<4, 2>(w, row, in, t) : dot_vnni_scales<4, 1>(w, row, in, t);
+  return two ? dot_vnni_scales<8, 2>(w, row, in, t) : dot_vnni_scales<8, 1>(w, row, in, t);
+#elif MOELENS_I8_AVX2
+  if (w.bits == 4) return two ? dot_q4_avx2<2>(w, row, in, t) : dot_q4_avx2<1>(w, row, in, t);
+  return two ? dot_q8_avx2<2>(w, row, in, t) : dot_q8_avx2<1>(w, row, in, t);
+#elif MOELENS_I8_NEON
+  if (w.bits == 4) return two ? dot_neon<4, 2>(w, row, in, t) : dot_neon<4, 1>(w, row, in, t);
+  return two ? dot_neon<8, 2>(w, row, in, t) : dot_neon<8, 1>(w, row, in, t);
+#else
+  (void)two;
+  return dot_row_int8_reference(w, row, in, t);
+#endif
+}
+
+void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
+#if MOELENS_I8_VNNI
+  const bool two = in.planes == 2;
+  if (w.bits == 4) return two ? gemm_vnni<4, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<4, 1>(w, expert, r0, nr, in, y, ldy);
+  return two ? gemm_vnni<8, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<8, 1>(w, expert, r0, nr, in, y, ldy);
+#else
+  // The row kernel per token: the row (at most a few KiB) stays in L1 across the tokens.
+  for (int r = 0; r < nr; ++r) {
+    const Row row = row_of(w, expert, r0 + r);
+    for (int t = 0; t < in.n; ++t) y[size_t(t) * size_t(ldy) + size_t(r0 + r)] = dot_row_int8(w, row, in, t);
+  }
+#endif
+}
+
+}  // namespace moelens::cpu
