@@ -115,6 +115,35 @@ export class Session {
   }
 
   /**
+   * Greedy decoding of `steps` tokens in one native call: feeds `tokenId`, then each chosen token.
+   * The arg-max runs on the backend and the chosen token stays there, so a GPU backend runs one step
+   * while the host records the next (the fastest way to decode on a GPU). Returns the chosen ids; the
+   * last one has not been fed yet, as after decode(). Interventions apply; captures need decode().
+   */
+  async decodeGreedy(
+    tokenId: number,
+    steps: number,
+    options: Pick<ForwardOptions, "interventions" | "signal"> = {},
+  ): Promise<number[]> {
+    toIds([tokenId], this.config.vocabSize);
+    if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`decodeGreedy: steps must be a positive integer, got ${steps}`);
+    const signal = options.signal;
+    signal?.throwIfAborted();
+    const onAbort = () => this.native.cancel();
+    signal?.addEventListener("abort", onAbort);
+    const removeInterruptHook = kernelBridge()?.onInterrupt(onAbort);
+    try {
+      const chosen = await this.native.decodeGreedy(tokenId, steps, {
+        interventions: [...this.persistent, ...(options.interventions ?? [])],
+      });
+      return Array.from(chosen);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      removeInterruptHook?.();
+    }
+  }
+
+  /**
    * Streams text generated after `input` (a raw prompt, chat messages rendered with the chat
    * template, or token ids), continuing whatever the session already holds:
    * `for await (const chunk of s.generate("Once upon", { maxTokens: 20 })) process.stdout.write(chunk.text)`.

@@ -75,21 +75,17 @@ using namespace metal;
   for (uint i = tid; i < G * D; i += threads) qs[i] = q[(ulong(tc) * p.heads + kvh * G) * D + i] * p.scale;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  // Scores: one simdgroup per key position, lanes over the head dimension.
+  // Scores: one simdgroup per key position, lanes over the head dimension. The key row is loaded into
+  // registers at once (clamped loads, masked products: no branch between a load and its use).
   for (uint j = sg; j < count; j += simdgroups) {
     device const float* kr = k_cache + ulong(c0 + j) * kv_width + kvh * D;
-    float part_s[ATTN_MAX_GROUP];
-    for (uint g = 0; g < ATTN_MAX_GROUP; ++g) part_s[g] = 0.0f;
-    for (uint d = lane; d < D; d += 32u) {
-      const float kv = kr[d];
-      for (uint g = 0; g < ATTN_MAX_GROUP; ++g)
-        if (g < G) part_s[g] += qs[g * D + d] * kv;
-    }
-    for (uint g = 0; g < ATTN_MAX_GROUP; ++g) {
-      if (g < G) {
-        const float s = simd_sum(part_s[g]);
-        if (lane == 0u) score[g * ATTN_CHUNK + j] = s;
-      }
+    float kv[ATTN_MAX_HEAD_DIM / 32u];
+    for (uint i = 0; i < ATTN_MAX_HEAD_DIM / 32u; ++i) kv[i] = lane + 32u * i < D ? kr[min(lane + 32u * i, D - 1u)] : 0.0f;
+    for (uint g = 0; g < G; ++g) {
+      float s = 0.0f;
+      for (uint i = 0; i < ATTN_MAX_HEAD_DIM / 32u; ++i) s += qs[g * D + min(lane + 32u * i, D - 1u)] * kv[i];
+      s = simd_sum(s);
+      if (lane == 0u) score[g * ATTN_CHUNK + j] = s;
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -113,12 +109,16 @@ using namespace metal;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  // Σ e·v per head and dimension.
-  for (uint i = tid; i < G * D; i += threads) {
-    const uint g = i / D, d = i % D;
-    float acc = 0.0f;
-    for (uint j = 0; j < count; ++j) acc += score[g * ATTN_CHUNK + j] * v_cache[ulong(c0 + j) * kv_width + kvh * D + d];
-    part_o[(part + g * p.chunks) * D + d] = acc;
+  // Σ e·v per head and dimension: a thread's V column over the chunk is loaded into registers at
+  // once, then serves every head of the group.
+  for (uint d = tid; d < D; d += threads) {
+    float vv[ATTN_CHUNK];
+    for (uint j = 0; j < ATTN_CHUNK; ++j) vv[j] = v_cache[ulong(c0 + min(j, count - 1u)) * kv_width + kvh * D + d];
+    for (uint g = 0; g < G; ++g) {
+      float acc = 0.0f;
+      for (uint j = 0; j < ATTN_CHUNK; ++j) acc += j < count ? score[g * ATTN_CHUNK + j] * vv[j] : 0.0f;
+      part_o[(part + g * p.chunks) * D + d] = acc;
+    }
   }
 }
 

@@ -11,11 +11,14 @@ inline float f16_bits_to_float(ushort bits) { return float(as_type<half>(bits));
 inline float silu(float x) { return x / (1.0f + exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
 
-// Element i of a scale or bias array stored as bf16, f16 or f32.
-inline float load_scale(device const uchar* base, ulong i, uint type) {
-  if (type == SCALE_F32) return ((device const float*)base)[i];
-  ushort bits = ((device const ushort*)base)[i];
-  return type == SCALE_BF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+// Element g of a row of scales or biases stored as bf16, f16 or f32. `row` is 4-byte aligned (the
+// backend pads scale rows to 4 bytes), so one unconditional 4-byte load serves every type: kernels
+// keep their loads free of branches so that a thread's loads are in flight together.
+inline float load_scale(device const uchar* row, uint g, uint type) {
+  const uint word = ((device const uint*)row)[type == SCALE_F32 ? g : g >> 1u];
+  const uint half_bits = (g & 1u) != 0u ? word >> 16 : word & 0xffffu;
+  const float from16 = type == SCALE_BF16 ? as_type<float>(half_bits << 16) : float(as_type<half>(ushort(half_bits)));
+  return type == SCALE_F32 ? as_type<float>(word) : from16;
 }
 
 // Element i of a dense row stored as bf16, f16 or f32 (embedding rows).
@@ -48,69 +51,73 @@ inline void load_x4(device const float* x, uint col, bool vec, thread float& a, 
   }
 }
 
-// Σ w·x over the 16-byte chunk c of one row (32 4-bit, 16 8-bit, 8 16-bit or 4 32-bit weights). A
-// quantized chunk lies inside one group (group sizes are multiples of 32), so it costs
-// scale·Σq·x + bias·Σx, as MLX's qdot does.
-inline float chunk_dot(constant WeightDesc& w, device const uchar* row, device const uchar* scales,
-                       device const uchar* biases, uint c, device const float* x, bool vec) {
-  const uint4 q = ((device const uint4*)row)[c];
-  const uint words[4] = {q.x, q.y, q.z, q.w};
-  float a, b, cc, d;
-  if (w.format == WEIGHT_Q4) {
-    const uint col0 = c * 32u;
-    float qx = 0.0f, xs = 0.0f;
-    for (uint k = 0; k < 4u; ++k) {
-      for (uint h = 0; h < 2u; ++h) {
-        load_x4(x, col0 + 8u * k + 4u * h, vec, a, b, cc, d);
-        const uint s = 16u * h;
-        qx += unpack(words[k], s, 15u) * a + unpack(words[k], s + 4u, 15u) * b + unpack(words[k], s + 8u, 15u) * cc +
-              unpack(words[k], s + 12u, 15u) * d;
-        xs += (a + b) + (cc + d);
+// acc[r] = this lane's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one matrix
+// or expert, `data`, `scales` and `biases` pointing at it), by the 32 lanes of one simdgroup; the
+// caller sums the lanes (simd_sum). Lane l takes 4-byte words l, l + 32, ... of every row, so each
+// row load of the simdgroup is 128 contiguous bytes; GEMV_UNROLL words per row are loaded before any
+// is used (loads in flight are what a GEMV needs; bench/gpu/gemv-variants.cu measured the choices),
+// and the x values of a word serve all the rows. A quantized word lies inside one group (group sizes
+// are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. `vec`: x is 16-byte aligned.
+inline void rows_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
+                     device const uchar* biases, uint row0, uint count, device const float* x, bool vec, uint lane,
+                     thread float* acc) {
+  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
+  const uint words = w.row_bytes / 4u;
+  const bool q4 = w.format == WEIGHT_Q4;
+  if (q4 || w.format == WEIGHT_Q8) {
+    const uint per_word = q4 ? 8u : 4u;
+    for (uint w0 = lane; w0 < words; w0 += 32u * GEMV_UNROLL) {
+      // Loads first, all unconditional (clamped to the last word and the last row; what they add is
+      // masked), then the arithmetic.
+      uint q[GEMV_UNROLL][GEMV_ROWS];
+      float sc[GEMV_UNROLL][GEMV_ROWS], bi[GEMV_UNROLL][GEMV_ROWS];
+      for (uint u = 0; u < GEMV_UNROLL; ++u) {
+        const uint wi = min(w0 + 32u * u, words - 1u), group = wi >> w.group_shift;
+        for (uint r = 0; r < GEMV_ROWS; ++r) {
+          const ulong row = ulong(row0 + min(r, count - 1u));
+          q[u][r] = ((device const uint*)(data + row * w.row_bytes))[wi];
+          sc[u][r] = load_scale(scales + row * w.scale_row_bytes, group, w.scale_type);
+          bi[u][r] = load_scale(biases + row * w.scale_row_bytes, group, w.scale_type);
+        }
+      }
+      for (uint u = 0; u < GEMV_UNROLL; ++u) {
+        const uint wi = min(w0 + 32u * u, words - 1u);
+        const bool in = w0 + 32u * u < words;
+        float a, b, c, d, e, f, g, h;
+        load_x4(x, per_word * wi, vec, a, b, c, d);
+        load_x4(x, q4 ? 8u * wi + 4u : per_word * wi, vec, e, f, g, h);  // Q8: a harmless reload
+        const float xs = q4 ? ((a + b) + (c + d)) + ((e + f) + (g + h)) : (a + b) + (c + d);
+        for (uint r = 0; r < GEMV_ROWS; ++r) {
+          const uint v = q[u][r];
+          const float qx = q4 ? unpack(v, 0u, 15u) * a + unpack(v, 4u, 15u) * b + unpack(v, 8u, 15u) * c +
+                                    unpack(v, 12u, 15u) * d + unpack(v, 16u, 15u) * e + unpack(v, 20u, 15u) * f +
+                                    unpack(v, 24u, 15u) * g + unpack(v, 28u, 15u) * h
+                              : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c +
+                                    unpack(v, 24u, 255u) * d;
+          acc[r] += in ? sc[u][r] * qx + bi[u][r] * xs : 0.0f;
+        }
       }
     }
-    const uint g = col0 / w.group_size;
-    return load_scale(scales, g, w.scale_type) * qx + load_scale(biases, g, w.scale_type) * xs;
-  }
-  if (w.format == WEIGHT_Q8) {
-    const uint col0 = c * 16u;
-    float qx = 0.0f, xs = 0.0f;
-    for (uint k = 0; k < 4u; ++k) {
-      load_x4(x, col0 + 4u * k, vec, a, b, cc, d);
-      qx += unpack(words[k], 0u, 255u) * a + unpack(words[k], 8u, 255u) * b + unpack(words[k], 16u, 255u) * cc +
-            unpack(words[k], 24u, 255u) * d;
-      xs += (a + b) + (cc + d);
+  } else if (w.format == WEIGHT_F32) {
+    for (uint wi = lane; wi < words; wi += 32u) {
+      const float a = x[wi];
+      for (uint r = 0; r < GEMV_ROWS; ++r)
+        if (r < count) acc[r] += ((device const float*)(data + ulong(row0 + r) * w.row_bytes))[wi] * a;
     }
-    const uint g = col0 / w.group_size;
-    return load_scale(scales, g, w.scale_type) * qx + load_scale(biases, g, w.scale_type) * xs;
+  } else {  // bf16 or f16: two weights per word
+    const bool bf = w.format == WEIGHT_BF16;
+    for (uint wi = lane; wi < words; wi += 32u) {
+      const float a = x[2u * wi], b = x[2u * wi + 1u];
+      for (uint r = 0; r < GEMV_ROWS; ++r) {
+        if (r < count) {
+          const uint v = ((device const uint*)(data + ulong(row0 + r) * w.row_bytes))[wi];
+          const ushort lo = ushort(v & 0xffffu), hi = ushort(v >> 16);
+          acc[r] += (bf ? bf16_bits_to_float(lo) : f16_bits_to_float(lo)) * a +
+                    (bf ? bf16_bits_to_float(hi) : f16_bits_to_float(hi)) * b;
+        }
+      }
+    }
   }
-  float acc = 0.0f;
-  if (w.format == WEIGHT_F32) {
-    load_x4(x, c * 4u, vec, a, b, cc, d);
-    return as_type<float>(words[0]) * a + as_type<float>(words[1]) * b + as_type<float>(words[2]) * cc +
-           as_type<float>(words[3]) * d;
-  }
-  const bool bf = w.format == WEIGHT_BF16;
-  for (uint k = 0; k < 4u; k += 2u) {
-    load_x4(x, c * 8u + 2u * k, vec, a, b, cc, d);
-    const ushort h0 = ushort(words[k] & 0xffffu), h1 = ushort(words[k] >> 16);
-    const ushort h2 = ushort(words[k + 1u] & 0xffffu), h3 = ushort(words[k + 1u] >> 16);
-    acc += (bf ? bf16_bits_to_float(h0) : f16_bits_to_float(h0)) * a + (bf ? bf16_bits_to_float(h1) : f16_bits_to_float(h1)) * b +
-           (bf ? bf16_bits_to_float(h2) : f16_bits_to_float(h2)) * cc + (bf ? bf16_bits_to_float(h3) : f16_bits_to_float(h3)) * d;
-  }
-  return acc;
-}
-
-// W[row] · x over a whole row by the 32 lanes of one simdgroup; every lane gets the sum.
-// `data`, `scales` and `biases` point at the matrix (expert) the row belongs to; `vec`: x is 16-byte aligned.
-inline float row_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
-                     device const uchar* biases, ulong row, device const float* x, bool vec, uint lane) {
-  device const uchar* r = data + row * ulong(w.row_bytes);
-  device const uchar* s = scales + row * ulong(w.scale_row_bytes);
-  device const uchar* b = biases + row * ulong(w.scale_row_bytes);
-  const uint chunks = w.row_bytes / 16u;
-  float acc = 0.0f;
-  for (uint c = lane; c < chunks; c += 32u) acc += chunk_dot(w, r, s, b, c, x, vec);
-  return simd_sum(acc);
 }
 
 // Byte offset of expert e in a stack.

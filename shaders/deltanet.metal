@@ -19,38 +19,50 @@ inline float softplus(float x) {
                       constant ConvParams& p [[buffer(4)]], uint c [[thread_position_in_grid]]) {
   if (c >= p.channels) return;
   const uint past = p.kernel - 1u;
-  float window[CONV_MAX_KERNEL];
-  for (uint j = 0; j < past; ++j) window[j] = state[ulong(j) * p.channels + c];
-  device const float* wc = w + ulong(c) * p.kernel;
-  for (uint t = 0; t < p.n; ++t) {
-    window[past] = x[ulong(t) * p.channels + c];
-    float acc = 0.0f;
-    for (uint j = 0; j < p.kernel; ++j) acc += wc[j] * window[j];
-    out[ulong(t) * p.channels + c] = silu(acc);
-    for (uint j = 0; j < past; ++j) window[j] = window[j + 1u];
+  // Weights and cached inputs into registers with unconditional (clamped) loads, issued together.
+  float window[CONV_MAX_KERNEL], wc[CONV_MAX_KERNEL];
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) {
+    wc[j] = w[ulong(c) * p.kernel + min(j, p.kernel - 1u)];
+    window[j] = past > 0u ? state[ulong(min(j, past - 1u)) * p.channels + c] : 0.0f;
   }
-  for (uint j = 0; j < past; ++j) state[ulong(j) * p.channels + c] = window[j];
+  for (uint t = 0; t < p.n; ++t) {
+    float x_t = x[ulong(t) * p.channels + c];
+    float acc = 0.0f;
+    for (uint j = 0; j < CONV_MAX_KERNEL; ++j) {
+      const float in = j < past ? window[j] : x_t;
+      acc += j < p.kernel ? wc[j] * in : 0.0f;
+    }
+    out[ulong(t) * p.channels + c] = silu(acc);
+    for (uint j = 0; j + 1u < CONV_MAX_KERNEL; ++j) window[j] = j + 1u < past ? window[j + 1u] : x_t;
+  }
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j)
+    if (j < past) state[ulong(j) * p.channels + c] = window[j];
 }
 
-// The gated delta rule, token by token, for one value head per threadgroup; thread j owns column j of
-// the head's state S [key_dim, value_dim] and keeps it in registers across the tokens:
+// The gated delta rule, token by token:
 //   S = exp(g)·S;  m = Sᵀk;  δ = β(v − m);  S += k⊗δ;  o = Sᵀq
 // with q, k l2-normalised (q also scaled by key_dim^-½), β = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias).
-// Threads per threadgroup = value_dim (a multiple of 32).
-[[max_total_threads_per_threadgroup(DELTANET_MAX_VALUE_DIM)]] kernel void deltanet(device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]],
+// The state S [key_dim, value_dim] of value head hv stays in registers across the tokens: each
+// simdgroup owns 8 columns, lane l holds column l % 8 for the quarter l / 8 of the keys, and the
+// column sums (m, o) join the quarters with two shuffles. Short register arrays and 8 columns per
+// simdgroup let a head spread over many cores; the state-norm trace sums over all columns and needs
+// the whole head in one threadgroup. grid (value_heads, value_dim / (8 · simdgroups)).
+[[max_total_threads_per_threadgroup(DELTANET_MAX_THREADS)]] kernel void deltanet(device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]],
                      device const float* a [[buffer(2)]], device const float* A_log [[buffer(3)]],
                      device const float* dt_bias [[buffer(4)]], device float* state [[buffer(5)]],
                      device float* out [[buffer(6)]], device float* trace_beta [[buffer(7)]],
                      device float* trace_decay [[buffer(8)]], device float* trace_norm [[buffer(9)]],
-                     constant DeltaNetParams& p [[buffer(10)]], uint hv [[threadgroup_position_in_grid]],
-                     uint j [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
-                     uint lane [[thread_index_in_simdgroup]],
-                     uint simdgroups [[simdgroups_per_threadgroup]]) {
+                     constant DeltaNetParams& p [[buffer(10)]], uint2 group [[threadgroup_position_in_grid]],
+                     uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]], uint simdgroups [[simdgroups_per_threadgroup]],
+                     uint threads [[threads_per_threadgroup]]) {
   threadgroup float q[DELTANET_MAX_KEY_DIM];
   threadgroup float k[DELTANET_MAX_KEY_DIM];
   threadgroup float scratch[32];
 
+  const uint hv = group.x, quarter = lane / 8u, j = (group.y * simdgroups + sg) * 8u + lane % 8u;
   const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
+  const uint per = Dk / 4u, k0 = quarter * per;  // this lane's keys: k0 .. k0 + per - 1
   const uint key_total = p.key_heads * Dk;
   const uint conv_dim = 2u * key_total + Hv * Dv;
   const uint kh = hv / (Hv / p.key_heads);
@@ -58,18 +70,26 @@ inline float softplus(float x) {
   const float neg_A = -exp(A_log[hv]);
 
   device float* S = state + ulong(hv) * Dk * Dv;
-  float s[DELTANET_MAX_KEY_DIM];
-  for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i) s[i] = i < Dk ? S[ulong(i) * Dv + j] : 0.0f;
+  float s[DELTANET_MAX_KEY_DIM / 4u];
+  for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 4u; ++i) s[i] = S[ulong(k0 + min(i, per - 1u)) * Dv + j];  // clamped, unused past `per`
 
   for (uint t = 0; t < p.n; ++t) {
     device const float* row = qkv + ulong(t) * conv_dim;
     float qq = 0.0f, kk = 0.0f;
-    for (uint i = j; i < Dk; i += Dv) {
-      const float qv = row[kh * Dk + i], kv = row[key_total + kh * Dk + i];
-      q[i] = qv;
-      k[i] = kv;
-      qq += qv * qv;
-      kk += kv * kv;
+    float qv[DELTANET_MAX_KEY_DIM / 32u], kv[DELTANET_MAX_KEY_DIM / 32u];
+    for (uint m = 0; m < DELTANET_MAX_KEY_DIM / 32u; ++m) {  // clamped loads, issued together
+      const uint i = min(tid + m * threads, Dk - 1u);
+      qv[m] = row[kh * Dk + i];
+      kv[m] = row[key_total + kh * Dk + i];
+    }
+    for (uint m = 0; m < DELTANET_MAX_KEY_DIM / 32u; ++m) {
+      const uint i = tid + m * threads;
+      if (i < Dk) {
+        q[i] = qv[m];
+        k[i] = kv[m];
+        qq += qv[m] * qv[m];
+        kk += kv[m] * kv[m];
+      }
     }
     qq = threadgroup_sum(qq, scratch, sg, lane, simdgroups);
     kk = threadgroup_sum(kk, scratch, sg, lane, simdgroups);
@@ -79,30 +99,35 @@ inline float softplus(float x) {
 
     const float v = row[2u * key_total + hv * Dv + j];
     float m = 0.0f;
-    for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i) {
-      if (i < Dk) {
+    for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 4u; ++i) {
+      if (i < per) {
         s[i] *= decay;
-        m += s[i] * (k[i] * kn);
+        m += s[i] * (k[k0 + i] * kn);
       }
     }
+    m += simd_shuffle_xor(m, 8u);
+    m += simd_shuffle_xor(m, 16u);
     const float delta = beta * (v - m);
     float o = 0.0f, norm2 = 0.0f;
-    for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i) {
-      if (i < Dk) {
-        s[i] += (k[i] * kn) * delta;
-        o += s[i] * (q[i] * qn);
+    for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 4u; ++i) {
+      if (i < per) {
+        s[i] += (k[k0 + i] * kn) * delta;
+        o += s[i] * (q[k0 + i] * qn);
         norm2 += s[i] * s[i];
       }
     }
-    out[ulong(t) * Hv * Dv + ulong(hv) * Dv + j] = o;
+    o += simd_shuffle_xor(o, 8u);
+    o += simd_shuffle_xor(o, 16u);
+    if (quarter == 0u) out[ulong(t) * Hv * Dv + ulong(hv) * Dv + j] = o;
     if (p.trace_norm != 0u) {
       norm2 = threadgroup_sum(norm2, scratch, sg, lane, simdgroups);
-      if (j == 0u) trace_norm[ulong(t) * Hv + hv] = sqrt(norm2);
+      if (tid == 0u) trace_norm[ulong(t) * Hv + hv] = sqrt(norm2);
     }
-    if (j == 0u && p.trace_beta != 0u) trace_beta[ulong(t) * Hv + hv] = beta;
-    if (j == 0u && p.trace_decay != 0u) trace_decay[ulong(t) * Hv + hv] = decay;
+    const bool first = group.y == 0u && tid == 0u;
+    if (first && p.trace_beta != 0u) trace_beta[ulong(t) * Hv + hv] = beta;
+    if (first && p.trace_decay != 0u) trace_decay[ulong(t) * Hv + hv] = decay;
     threadgroup_barrier(mem_flags::mem_threadgroup);  // q and k are overwritten by the next token
   }
-  for (uint i = 0; i < DELTANET_MAX_KEY_DIM; ++i)  // a constant trip count keeps s[] in registers
-    if (i < Dk) S[ulong(i) * Dv + j] = s[i];
+  for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 4u; ++i)  // a constant trip count keeps s[] in registers
+    if (i < per) S[ulong(k0 + i) * Dv + j] = s[i];
 }

@@ -64,8 +64,9 @@ using namespace metal;
     const uint bits = p.w.format, per_word = 32u / bits;
     const uint word = ((device const uint*)r)[c / per_word];
     const float q = float((word >> (bits * (c % per_word))) & ((1u << bits) - 1u));
-    const ulong g = row * ulong(p.w.cols / p.w.group_size) + ulong(c / p.w.group_size);
-    v = load_scale(scales, g, p.w.scale_type) * q + load_scale(biases, g, p.w.scale_type);
+    const ulong at = row * ulong(p.w.scale_row_bytes);
+    const uint g = c / p.w.group_size;
+    v = load_scale(scales + at, g, p.w.scale_type) * q + load_scale(biases + at, g, p.w.scale_type);
   } else {
     v = load_dense(r, c, p.w.format);
   }

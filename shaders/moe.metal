@@ -11,102 +11,84 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
   return ea < eb;
 }
 
-// One threadgroup of REDUCE_THREADS per token. probabilities = softmax(logits + bias); bias -inf
-// disables an expert (probability 0), +inf forces it into the top-k (its probability is computed
-// without the bias). Bit patterns are compared, so fast-math cannot fold the infinities away.
-[[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
+// One simdgroup per token (grid n, 32 threads): lane l holds experts l, l + 32, ... in registers, so
+// the softmax and the k rounds of arg-best are shuffles, with no barriers and no memory round trips.
+// probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf forces it
+// into the top-k (its probability is computed without the bias). Bit patterns are compared, so
+// fast-math cannot fold the infinities away.
+[[max_total_threads_per_threadgroup(32)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
                   device int* ids [[buffer(2)]], device float* weights [[buffer(3)]],
                   device float* probs [[buffer(4)]], constant RouteParams& p [[buffer(5)]],
-                  uint t [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
-                  uint simdgroups [[simdgroups_per_threadgroup]], uint threads [[threads_per_threadgroup]]) {
-  threadgroup float prob[ROUTER_MAX_EXPERTS];
-  threadgroup uint flags[ROUTER_MAX_EXPERTS];  // bit 0: forced, bit 1: already chosen
-  threadgroup float scratch[32];
-  threadgroup uint pick_e[32];
-  threadgroup uint chosen[ROUTER_MAX_K];
-
-  const uint E = p.experts;
+                  uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+  // Loops run to the constant ROUTER_MAX_EXPERTS / 32 (registers need constant indices) and stop at
+  // the slots in use, a uniform branch.
+  const uint E = p.experts, slots = ROUTER_MAX_EXPERTS / 32u, used = (E + 31u) / 32u;
   device const float* l = logits + ulong(t) * E;
   device const float* b = bias + ulong(t) * E;
+  float prob[ROUTER_MAX_EXPERTS / 32u];
+  uint forced = 0u, taken = 0u;  // bit i: expert lane + 32 i
+  for (uint i = 0; i < slots; ++i) {  // every slot, so that all are defined (the loads are clamped)
+    const uint e = min(lane + 32u * i, E - 1u);
+    const float bv = p.has_bias != 0u ? b[e] : 0.0f;
+    const uint bits = as_type<uint>(bv);
+    prob[i] = bits == 0xff800000u ? -INFINITY : bits == 0x7f800000u ? l[e] : l[e] + bv;
+    forced |= bits == 0x7f800000u ? 1u << i : 0u;
+    if (lane + 32u * i >= E) prob[i] = -INFINITY, taken |= 1u << i;  // past the experts: never chosen
+  }
   float mx = -INFINITY;
-  for (uint e = tid; e < E; e += threads) {
-    float v = l[e];
-    uint forced = 0u;
-    if (p.has_bias != 0u) {
-      const uint bits = as_type<uint>(b[e]);
-      if (bits == 0x7f800000u) forced = 1u;
-      else if (bits == 0xff800000u) v = -INFINITY;
-      else v += b[e];
-    }
-    prob[e] = v;
-    flags[e] = forced;
-    mx = max(mx, v);
+  for (uint i = 0; i < slots; ++i) {
+    if (i >= used) break;
+    mx = max(mx, prob[i]);
   }
-  mx = threadgroup_max(mx, scratch, sg, lane, simdgroups);
+  mx = simd_max(mx);
   float sum = 0.0f;
-  for (uint e = tid; e < E; e += threads) {
-    const float ex = prob[e] == -INFINITY ? 0.0f : exp(prob[e] - mx);
-    prob[e] = ex;
-    sum += ex;
+  for (uint i = 0; i < slots; ++i) {
+    if (i >= used) break;
+    prob[i] = prob[i] == -INFINITY ? 0.0f : exp(prob[i] - mx);
+    sum += prob[i];
   }
-  sum = threadgroup_sum(sum, scratch, sg, lane, simdgroups);
-  for (uint e = tid; e < E; e += threads) {
-    prob[e] = sum > 0.0f ? prob[e] / sum : 0.0f;
-    if (p.has_probs != 0u) probs[ulong(t) * E + e] = prob[e];
+  sum = simd_sum(sum);
+  for (uint i = 0; i < slots; ++i) {
+    if (i >= used) break;
+    prob[i] = sum > 0.0f ? prob[i] / sum : 0.0f;
+    if (p.has_probs != 0u && lane + 32u * i < E) probs[ulong(t) * E + lane + 32u * i] = prob[i];
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  // k rounds of a threadgroup-wide arg-best over the experts not yet chosen.
+  // k rounds: each lane's best untaken expert, then the best over the simdgroup.
+  float total = 0.0f;
   for (uint s = 0; s < p.k; ++s) {
     uint be = 0xffffffffu, bf = 0u;
     float bp = -1.0f;
-    for (uint e = tid; e < E; e += threads) {
-      if ((flags[e] & 2u) != 0u) continue;
-      const uint f = flags[e] & 1u;
-      if (be == 0xffffffffu || route_better(f, prob[e], e, bf, bp, be)) {
-        be = e;
-        bf = f;
-        bp = prob[e];
-      }
+    for (uint i = 0; i < slots; ++i) {
+      if (i >= used) break;
+      const uint e = lane + 32u * i, f = (forced >> i) & 1u;
+      const bool better = ((taken >> i) & 1u) == 0u && (be == 0xffffffffu || route_better(f, prob[i], e, bf, bp, be));
+      be = better ? e : be;
+      bf = better ? f : bf;
+      bp = better ? prob[i] : bp;
     }
     for (uint off = 16u; off > 0u; off >>= 1u) {
       const uint oe = simd_shuffle_xor(be, off);
       const uint of = simd_shuffle_xor(bf, off);
       const float op = simd_shuffle_xor(bp, off);
-      if (oe != 0xffffffffu && (be == 0xffffffffu || route_better(of, op, oe, bf, bp, be))) {
-        be = oe;
-        bf = of;
-        bp = op;
-      }
+      const bool better = oe != 0xffffffffu && (be == 0xffffffffu || route_better(of, op, oe, bf, bp, be));
+      be = better ? oe : be;
+      bf = better ? of : bf;
+      bp = better ? op : bp;
     }
-    if (lane == 0u) pick_e[sg] = be;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (tid == 0u) {
-      uint best = 0xffffffffu;
-      for (uint i = 0; i < simdgroups; ++i) {
-        const uint e = pick_e[i];
-        if (e == 0xffffffffu) continue;
-        if (best == 0xffffffffu || route_better(flags[e] & 1u, prob[e], e, flags[best] & 1u, prob[best], best)) best = e;
-      }
-      chosen[s] = best;
-      flags[best] |= 2u;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (tid == 0u) {
-    float total = 0.0f;
-    for (uint s = 0; s < p.k; ++s) total += prob[chosen[s]];
-    for (uint s = 0; s < p.k; ++s) {
-      const float w = prob[chosen[s]];
-      ids[ulong(t) * p.k + s] = int(chosen[s]);
-      weights[ulong(t) * p.k + s] = p.renormalize != 0u && total > 0.0f ? w / total : w;
+    taken |= be % 32u == lane ? 1u << (be / 32u) : 0u;
+    total += bp;
+    if (lane == 0u) {
+      ids[ulong(t) * p.k + s] = int(be);
+      weights[ulong(t) * p.k + s] = bp;  // renormalised below
     }
   }
+  if (lane == 0u && p.renormalize != 0u && total > 0.0f)
+    for (uint s = 0; s < p.k; ++s) weights[ulong(t) * p.k + s] /= total;
 }
 
-// h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s]; one simdgroup per row r;
-// grid (ceil(inter / ROWS_PER_THREADGROUP), k, n).
+// h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s]; each simdgroup computes
+// GEMV_ROWS rows r; grid (ceil(inter / (GEMV_ROWS · GEMV_SIMDGROUPS)), k, n).
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
                         device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
                         device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
@@ -114,37 +96,96 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
                         device float* h [[buffer(8)]], constant MoeParams& p [[buffer(9)]],
                         uint3 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]]) {
-  const uint r = group.x * ROWS_PER_THREADGROUP + sg;
+  const uint row0 = (group.x * GEMV_SIMDGROUPS + sg) * GEMV_ROWS;
   const uint s = group.y, t = group.z;
-  if (r >= p.inter) return;
+  if (row0 >= p.inter) return;
+  const uint count = min(GEMV_ROWS, p.inter - row0);
   const uint e = uint(ids[ulong(t) * p.k + s]);
   device const float* xt = x + ulong(t) * p.hidden;
   const bool vec = p.x_vec4 != 0u;
-  const float g = row_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
-                          gb + expert_scale_bytes(p.gate, e), r, xt, vec, lane);
-  const float u = row_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e),
-                          ub + expert_scale_bytes(p.up, e), r, xt, vec, lane);
-  if (lane == 0u) h[(ulong(t) * p.k + s) * p.inter + r] = silu(g) * u;
+  float g[GEMV_ROWS], u[GEMV_ROWS];
+  rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e), gb + expert_scale_bytes(p.gate, e),
+           row0, count, xt, vec, lane, g);
+  rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e), row0,
+           count, xt, vec, lane, u);
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const float gv = simd_sum(g[r]), uv = simd_sum(u[r]);
+    if (lane == 0u && r < count) h[(ulong(t) * p.k + s) * p.inter + row0 + r] = silu(gv) * uv;
+  }
 }
 
 // out[t, r] = Σ_s weights[t, s] · (down_e[r] · h[t, s]) for e = ids[t, s]: the down projections and
-// the weighted combine in one pass; one simdgroup per output row; grid (ceil(hidden / rows), n).
+// the weighted combine in one pass; each simdgroup computes GEMV_ROWS output rows over all k experts;
+// grid (ceil(hidden / (GEMV_ROWS · GEMV_SIMDGROUPS)), n). Quantized experts are read as one virtual
+// row of k · inter columns (the k rows of h[t] are contiguous), so the loads of all the experts are
+// in flight together rather than one expert after another.
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_down(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                      device const uchar* db [[buffer(2)]], device const float* h [[buffer(3)]],
                      device const int* ids [[buffer(4)]], device const float* weights [[buffer(5)]],
                      device float* out [[buffer(6)]], constant MoeParams& p [[buffer(7)]],
                      uint2 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
-                     uint lane [[thread_index_in_simdgroup]]) {
-  const uint r = group.x * ROWS_PER_THREADGROUP + sg;
+                     uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]],
+                     uint threads [[threads_per_threadgroup]]) {
+  threadgroup uint slot_expert[ROUTER_MAX_K];
+  threadgroup float slot_weight[ROUTER_MAX_K];
+  const uint row0 = (group.x * GEMV_SIMDGROUPS + sg) * GEMV_ROWS;
   const uint t = group.y;
-  if (r >= p.hidden) return;
-  float acc = 0.0f;
-  for (uint s = 0; s < p.k; ++s) {
-    const uint e = uint(ids[ulong(t) * p.k + s]);
-    const float d = row_dot(p.down, dw + expert_bytes(p.down, e), ds + expert_scale_bytes(p.down, e),
-                            db + expert_scale_bytes(p.down, e), r, h + (ulong(t) * p.k + s) * p.inter,
-                            p.h_vec4 != 0u, lane);
-    acc += weights[ulong(t) * p.k + s] * d;
+  for (uint s = tid; s < p.k; s += threads) {
+    slot_expert[s] = uint(ids[ulong(t) * p.k + s]);
+    slot_weight[s] = weights[ulong(t) * p.k + s];
   }
-  if (lane == 0u) out[ulong(t) * p.hidden + r] = acc;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (row0 >= p.hidden) return;
+  const uint count = min(GEMV_ROWS, p.hidden - row0);
+  float acc[GEMV_ROWS];
+  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
+  device const float* ht = h + ulong(t) * p.k * p.inter;
+  const bool q4 = p.down.format == WEIGHT_Q4;
+  if (q4 || p.down.format == WEIGHT_Q8) {
+    const uint per_word = q4 ? 8u : 4u, words = p.down.row_bytes / 4u, total = words * p.k;
+    for (uint w0 = lane; w0 < total; w0 += 32u * MOE_DOWN_UNROLL) {
+      uint q[MOE_DOWN_UNROLL][GEMV_ROWS];
+      float sc[MOE_DOWN_UNROLL][GEMV_ROWS], bi[MOE_DOWN_UNROLL][GEMV_ROWS], ws[MOE_DOWN_UNROLL];
+      for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {  // unconditional (clamped) loads first
+        const uint vw = min(w0 + 32u * u, total - 1u), s = vw / words, wi = vw - s * words;
+        const uint e = slot_expert[s], group = wi >> p.down.group_shift;
+        ws[u] = w0 + 32u * u < total ? slot_weight[s] : 0.0f;
+        for (uint r = 0; r < GEMV_ROWS; ++r) {
+          const ulong row = ulong(row0 + min(r, count - 1u));
+          q[u][r] = ((device const uint*)(dw + expert_bytes(p.down, e) + row * p.down.row_bytes))[wi];
+          const ulong at = expert_scale_bytes(p.down, e) + row * p.down.scale_row_bytes;
+          sc[u][r] = load_scale(ds + at, group, p.down.scale_type);
+          bi[u][r] = load_scale(db + at, group, p.down.scale_type);
+        }
+      }
+      for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {
+        const uint vw = min(w0 + 32u * u, total - 1u);
+        float a, b, c, d, e, f, g, hh;
+        load_x4(ht, per_word * vw, p.h_vec4 != 0u, a, b, c, d);
+        load_x4(ht, q4 ? 8u * vw + 4u : per_word * vw, p.h_vec4 != 0u, e, f, g, hh);
+        const float xs = q4 ? ((a + b) + (c + d)) + ((e + f) + (g + hh)) : (a + b) + (c + d);
+        for (uint r = 0; r < GEMV_ROWS; ++r) {
+          const uint v = q[u][r];
+          const float qx = q4 ? unpack(v, 0u, 15u) * a + unpack(v, 4u, 15u) * b + unpack(v, 8u, 15u) * c +
+                                    unpack(v, 12u, 15u) * d + unpack(v, 16u, 15u) * e + unpack(v, 20u, 15u) * f +
+                                    unpack(v, 24u, 15u) * g + unpack(v, 28u, 15u) * hh
+                              : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c +
+                                    unpack(v, 24u, 255u) * d;
+          acc[r] += ws[u] * (sc[u][r] * qx + bi[u][r] * xs);  // ws is 0 past the end
+        }
+      }
+    }
+  } else {  // dense experts: one expert after another
+    float part[GEMV_ROWS];
+    for (uint s = 0; s < p.k; ++s) {
+      const uint e = slot_expert[s];
+      rows_dot(p.down, dw + expert_bytes(p.down, e), ds + expert_scale_bytes(p.down, e), db + expert_scale_bytes(p.down, e),
+               row0, count, ht + ulong(s) * p.inter, p.h_vec4 != 0u, lane, part);
+      for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += slot_weight[s] * part[r];
+    }
+  }
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const float v = simd_sum(acc[r]);
+    if (lane == 0u && r < count) out[ulong(t) * p.hidden + row0 + r] = v;
+  }
 }

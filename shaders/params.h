@@ -17,25 +17,42 @@
 #define SCALE_F16 1u
 #define SCALE_F32 2u
 
-// Threads of the GEMV-class kernels: one simdgroup per output row, four rows per threadgroup.
-#define ROWS_PER_THREADGROUP 4u
+// The GEMV-class kernels (projections, experts): each simdgroup computes GEMV_ROWS output rows (the
+// x values it loads serve them all), loading GEMV_UNROLL words of each row per lane at once;
+// GEMV_SIMDGROUPS simdgroups per threadgroup (bench/gpu/gemv-variants.cu measured the choice).
+#define GEMV_ROWS 2u
+#define GEMV_UNROLL 4u
+// moe_down reads the k experts' rows as one long row: more words per lane at once.
+#define MOE_DOWN_UNROLL 8u
+#define GEMV_SIMDGROUPS 4u
 #define GEMV_THREADS 128
+// The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
+// values in registers (rows up to 8192; the gated norm's rows up to 256).
+#define NORM_THREADS 1024
+#define NORM_MAX_PER_THREAD 8u
+// The row-per-simdgroup kernels (gated_rms_norm): rows per threadgroup.
+#define ROWS_PER_THREADGROUP 4u
+#define ROW_THREADS 128
 // The attention kernels' limits: query heads per KV head, head_dim, key positions per threadgroup.
 #define ATTN_MAX_GROUP 16u
 #define ATTN_MAX_HEAD_DIM 512u
 #define ATTN_MAX_QUERY_FLOATS 4096u
-#define ATTN_CHUNK 64u
-// The DeltaNet kernel keeps one column of a value head's state in registers (key_dim <= this), one
-// thread per column (value_dim <= DELTANET_MAX_VALUE_DIM).
+#define ATTN_CHUNK 32u
+// The DeltaNet kernel keeps a value head's state in registers, four threads per column (a quarter of
+// the keys each): key_dim <= DELTANET_MAX_KEY_DIM and a multiple of 4, value_dim a multiple of 8 and,
+// when the state norm is traced (the whole head in one threadgroup), <= DELTANET_MAX_VALUE_DIM.
 #define DELTANET_MAX_KEY_DIM 128u
 #define DELTANET_MAX_VALUE_DIM 128
-// The router keeps every expert's probability in threadgroup memory.
-#define ROUTER_MAX_EXPERTS 1024u
+#define DELTANET_MAX_THREADS 512
+// The router keeps every expert's probability in registers: ROUTER_MAX_EXPERTS / 32 per lane.
+#define ROUTER_MAX_EXPERTS 512u
 #define ROUTER_MAX_K 64u
 // The causal conv keeps the last kernel-1 inputs per channel in registers.
 #define CONV_MAX_KERNEL 16u
 // Threads of the row-reduction kernels (rms_norm, argmax, router, attention).
 #define REDUCE_THREADS 256
+// Logits per threadgroup of the arg-max's first pass.
+#define ARGMAX_PART_LEN 2048u
 #define ELEMENTWISE_THREADS 256
 
 // One matrix, or a stack of experts, as uploaded: rows of `row_bytes` (a multiple of 16), expert e at
@@ -48,18 +65,20 @@ struct WeightDesc {
   uint scale_row_bytes;
   uint rows;
   uint cols;
-  uint pad;
+  uint group_shift;  // quantized: log2(4-byte words per group), so that a word's group is word >> group_shift
 };
 
 #define GEMV_MAX_JOBS 4u
 
 // out_j[t, r] = W_j[r] · x[t] for up to four matrices that read the same input (fused projections).
+// The blocks of GEMV_ROWS rows of all jobs are numbered consecutively; job j's start at first_block[j].
 struct GemvParams {
   WeightDesc w[GEMV_MAX_JOBS];
+  uint first_block[GEMV_MAX_JOBS];
   uint jobs;
   uint n;     // tokens
   uint cols;  // of every matrix, and the row stride of x
-  uint total_rows;
+  uint total_blocks;
   uint x_vec4;  // x is 16-byte aligned (then read with vector loads)
 };
 
@@ -164,9 +183,12 @@ struct AddGatedParams {
   float scale;
 };
 
+// Arg-max in two passes: `parts` slices of `part_len` logits per row, then one pass over the slices.
 struct ArgmaxParams {
   uint n;
   uint vocab;
+  uint parts;
+  uint part_len;
 };
 
 #endif

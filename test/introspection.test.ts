@@ -240,6 +240,23 @@ describe("interventions", () => {
     expect(Array.from((await s.prefill(prompt.slice(0, 6))).logits.data)).toEqual(Array.from(base));
   });
 
+  test("decodeGreedy applies interventions as the decode loop does, and refuses bad input", async () => {
+    const argmax = (a: Float32Array) => a.reduce((b, v, i) => (v > a[b] ? i : b), 0);
+    const edits = [scaleSharedExpert(0), disableExperts(1, [0, 1, 2])];
+    const loop = model.session();
+    let next = argmax((await loop.prefill(prompt.slice(0, 6), { interventions: edits })).logits.data);
+    const first = next;
+    const want: number[] = [];
+    for (let i = 0; i < 5; i++) want.push((next = argmax((await loop.decode(next, { interventions: edits })).logits.data)));
+    const s = model.session();
+    await s.prefill(prompt.slice(0, 6), { interventions: edits });
+    expect(await s.decodeGreedy(first, 5, { interventions: edits })).toEqual(want);
+    await expect(s.decodeGreedy(-1, 2)).rejects.toThrow(/token id -1/);
+    await expect(s.decodeGreedy(first, 0)).rejects.toThrow(/positive integer/);
+    await expect(s.decodeGreedy(first, 2, { interventions: [disableExperts(99, [0])] })).rejects.toThrow(/layer 99/);
+    expect(s.position).toBe(11);
+  });
+
   test("bad interventions are refused with a clear error", async () => {
     const s = model.session();
     const E = model.config.numExperts;

@@ -64,6 +64,28 @@ describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts
     cpu.dispose();
     gpu.dispose();
   });
+
+  test("decodeGreedy (the token stays on the device) chooses what the decode loop chooses", async () => {
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal" })]);
+    const vocab = cpu.config.vocabSize;
+    const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 10);
+    const loop = cpu.session();
+    let next = argmax((await loop.prefill(ids)).logits.data);
+    const first = next;
+    const want: number[] = [];
+    for (let step = 0; step < 6; step++) want.push((next = argmax((await loop.decode(next)).logits.data)));
+    for (const model of [cpu, gpu]) {
+      const s = model.session();
+      await s.prefill(ids);
+      expect(await s.decodeGreedy(first, 6), model === cpu ? "cpu" : "metal").toEqual(want);
+      expect(s.position).toBe(ids.length + 6);
+      // The state after it is the decode loop's: the next step's logits agree.
+      const after = await s.decode(want[5]);
+      expectRowsClose(after.logits.data, (await loop.fork().decode(want[5])).logits.data, vocab, 1e-4, "after decodeGreedy");
+    }
+    cpu.dispose();
+    gpu.dispose();
+  });
 });
 
 describe.runIf(hasMetal)("metal: traces, interventions, forks", () => {

@@ -80,21 +80,49 @@ Intervention parse_intervention(Napi::Env env, const Napi::Value& v, size_t inde
   return iv;
 }
 
+// The options object of forward() and decodeGreedy(): logits mode, captures, interventions.
+ForwardOptions parse_options(Napi::Env env, Napi::Object o) {
+  ForwardOptions opt;
+  if (o.Has("logits")) {
+    std::string mode = o.Get("logits").ToString();
+    if (mode == "all") opt.logits = LogitsMode::All;
+    else if (mode == "last") opt.logits = LogitsMode::Last;
+    else if (mode == "none") opt.logits = LogitsMode::None;
+    else throw Napi::TypeError::New(env, "options.logits must be 'all', 'last' or 'none'");
+  }
+  auto flag = [&](const char* key) { return o.Has(key) && o.Get(key).ToBoolean().Value(); };
+  opt.capture.router = flag("router");
+  opt.capture.residual = flag("residual");
+  opt.capture.residual_mid = flag("residualMid");
+  opt.capture.deltanet = flag("deltanet");
+  opt.capture.attention_gate = flag("attentionGate");
+  opt.capture.attention_layers = int_list(env, o, "attentionLayers", "capture");
+  opt.capture.attention_heads = int_list(env, o, "attentionHeads", "capture");
+  if (o.Has("interventions") && !o.Get("interventions").IsUndefined()) {
+    if (!o.Get("interventions").IsArray()) throw Napi::TypeError::New(env, "interventions must be an array");
+    Napi::Array a = o.Get("interventions").As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); ++i) opt.interventions.push_back(parse_intervention(env, a.Get(i), i));
+  }
+  return opt;
+}
+
 }  // namespace
 
+// Runs forward(ids) or, with greedy_steps > 0, decode_greedy(ids[0], greedy_steps) off the JS thread.
 class ForwardWorker : public Napi::AsyncWorker {
  public:
   ForwardWorker(Napi::Env env, SessionWrap* owner, Napi::Object owner_obj, std::vector<int32_t> ids,
-                ForwardOptions options)
+                ForwardOptions options, int greedy_steps = 0)
       : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), owner_(owner), ids_(std::move(ids)),
-        options_(options) {
+        options_(options), greedy_steps_(greedy_steps) {
     owner_ref_ = Napi::Persistent(owner_obj);  // keep the session alive while the work runs
   }
   Napi::Promise promise() { return deferred_.Promise(); }
 
   void Execute() override {
     try {
-      result_ = owner_->session_->forward(ids_.data(), int(ids_.size()), options_);
+      if (greedy_steps_ > 0) chosen_ = owner_->session_->decode_greedy(ids_[0], greedy_steps_, options_);
+      else result_ = owner_->session_->forward(ids_.data(), int(ids_.size()), options_);
     } catch (const std::exception& e) {
       SetError(e.what());
     }
@@ -104,6 +132,7 @@ class ForwardWorker : public Napi::AsyncWorker {
     Napi::Env env = Env();
     owner_->busy_ = false;
     owner_->report_memory(env);
+    if (greedy_steps_ > 0) return deferred_.Resolve(to_typed_array<int32_t, Napi::Int32Array>(env, std::move(chosen_)));
     Napi::Object o = Napi::Object::New(env);
     o.Set("n", Napi::Number::New(env, result_.n));
     o.Set("logitsRows", Napi::Number::New(env, result_.logits_rows));
@@ -140,12 +169,15 @@ class ForwardWorker : public Napi::AsyncWorker {
   Napi::ObjectReference owner_ref_;
   std::vector<int32_t> ids_;
   ForwardOptions options_;
+  int greedy_steps_;
   ForwardResult result_;
+  std::vector<int32_t> chosen_;
 };
 
 Napi::Function SessionWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeSession",
-                     {InstanceMethod<&SessionWrap::Forward>("forward"), InstanceMethod<&SessionWrap::Reset>("reset"),
+                     {InstanceMethod<&SessionWrap::Forward>("forward"),
+                      InstanceMethod<&SessionWrap::DecodeGreedy>("decodeGreedy"), InstanceMethod<&SessionWrap::Reset>("reset"),
                       InstanceMethod<&SessionWrap::Fork>("fork"), InstanceMethod<&SessionWrap::Cancel>("cancel"),
                       InstanceMethod<&SessionWrap::DeltaNetState>("deltanetState"),
                       InstanceMethod<&SessionWrap::Dispose>("dispose"),
@@ -197,34 +229,30 @@ Napi::Value SessionWrap::Forward(const Napi::CallbackInfo& info) {
     throw Napi::TypeError::New(env, "forward(ids, options): ids must be an Int32Array");
   Napi::Int32Array ids = info[0].As<Napi::Int32Array>();
   std::vector<int32_t> copy(ids.Data(), ids.Data() + ids.ElementLength());
-  ForwardOptions opt;
-  if (info.Length() > 1 && info[1].IsObject()) {
-    Napi::Object o = info[1].As<Napi::Object>();
-    if (o.Has("logits")) {
-      std::string mode = o.Get("logits").ToString();
-      if (mode == "all") opt.logits = LogitsMode::All;
-      else if (mode == "last") opt.logits = LogitsMode::Last;
-      else if (mode == "none") opt.logits = LogitsMode::None;
-      else throw Napi::TypeError::New(env, "options.logits must be 'all', 'last' or 'none'");
-    }
-    auto flag = [&](const char* key) { return o.Has(key) && o.Get(key).ToBoolean().Value(); };
-    opt.capture.router = flag("router");
-    opt.capture.residual = flag("residual");
-    opt.capture.residual_mid = flag("residualMid");
-    opt.capture.deltanet = flag("deltanet");
-    opt.capture.attention_gate = flag("attentionGate");
-    opt.capture.attention_layers = int_list(env, o, "attentionLayers", "capture");
-    opt.capture.attention_heads = int_list(env, o, "attentionHeads", "capture");
-    if (o.Has("interventions") && !o.Get("interventions").IsUndefined()) {
-      if (!o.Get("interventions").IsArray()) throw Napi::TypeError::New(env, "interventions must be an array");
-      Napi::Array a = o.Get("interventions").As<Napi::Array>();
-      for (uint32_t i = 0; i < a.Length(); ++i) opt.interventions.push_back(parse_intervention(env, a.Get(i), i));
-    }
-  }
+  ForwardOptions opt = info.Length() > 1 && info[1].IsObject() ? parse_options(env, info[1].As<Napi::Object>()) : ForwardOptions{};
   cancel_ = false;
   opt.cancel = &cancel_;
   busy_ = true;
   auto* worker = new ForwardWorker(env, this, info.This().As<Napi::Object>(), std::move(copy), opt);
+  Napi::Promise p = worker->promise();
+  worker->Queue();
+  return p;
+}
+
+// decodeGreedy(first, steps, options) -> Promise<Int32Array> of the chosen tokens.
+Napi::Value SessionWrap::DecodeGreedy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  check_idle(env);
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber())
+    throw Napi::TypeError::New(env, "decodeGreedy(first, steps, options): first and steps must be numbers");
+  const double first = info[0].As<Napi::Number>().DoubleValue(), steps = info[1].As<Napi::Number>().DoubleValue();
+  if (first != double(int32_t(first)) || steps != double(int32_t(steps)) || steps < 1)
+    throw Napi::TypeError::New(env, "decodeGreedy: first must be an integer token id and steps a positive integer");
+  ForwardOptions opt = info.Length() > 2 && info[2].IsObject() ? parse_options(env, info[2].As<Napi::Object>()) : ForwardOptions{};
+  cancel_ = false;
+  opt.cancel = &cancel_;
+  busy_ = true;
+  auto* worker = new ForwardWorker(env, this, info.This().As<Napi::Object>(), {int32_t(first)}, opt, int(steps));
   Napi::Promise p = worker->promise();
   worker->Queue();
   return p;

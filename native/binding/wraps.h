@@ -39,6 +39,7 @@ class SessionWrap : public Napi::ObjectWrap<SessionWrap> {
 
  private:
   Napi::Value Forward(const Napi::CallbackInfo& info);
+  Napi::Value DecodeGreedy(const Napi::CallbackInfo& info);
   Napi::Value Reset(const Napi::CallbackInfo& info);
   Napi::Value Fork(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);

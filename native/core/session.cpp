@@ -287,12 +287,49 @@ ForwardResult Session::forward(const int32_t* ids, int n, const ForwardOptions& 
   for (int off = 0; off < n; off += kChunk) {
     if (options.cancel && options.cancel->load())
       fail("cancelled after ", off, " of ", n, " tokens; the session holds the tokens before that point");
-    forward_chunk(ids + off, std::min(kChunk, n - off), off, options, r);
+    ChunkIO io;
+    io.host_ids = ids + off;
+    forward_chunk(io, std::min(kChunk, n - off), off, options, r);
   }
   return r;
 }
 
-void Session::forward_chunk(const int32_t* ids, int m, int offset, const ForwardOptions& opt, ForwardResult& r) {
+std::vector<int32_t> Session::decode_greedy(int32_t first, int steps, const ForwardOptions& options) {
+  const ModelConfig& c = model_.config();
+  if (steps <= 0) fail("decode_greedy: ", steps, " steps; at least 1");
+  if (first < 0 || first >= c.vocab_size) fail("token id ", first, " is outside the vocabulary [0, ", c.vocab_size, ")");
+  if (int64_t(pos_) + steps > c.max_position_embeddings)
+    fail("context overflow: ", pos_, " + ", steps, " tokens exceeds max_position_embeddings (", c.max_position_embeddings, ")");
+  const CaptureSpec& cap = options.capture;
+  if (cap.router || cap.residual || cap.residual_mid || cap.deltanet || cap.attention_gate || !cap.attention_layers.empty())
+    fail("decode_greedy: captures are read back per call; use forward() to capture");
+  validate(options, steps);
+  ensure_kv_capacity(pos_ + steps);  // once, so that every step sees the same buffers
+
+  // tokens[i] is fed at step i and tokens[i + 1] chosen by it.
+  std::unique_ptr<Buffer> tokens = be_.alloc(ElemType::I32, size_t(steps) + 1);
+  be_.write(View(tokens), &first, 1);
+  apply_state_interventions(options);
+  ForwardResult r;
+  r.n = 1;
+  for (int i = 0; i < steps; ++i) {
+    if (options.cancel && options.cancel->load()) {
+      be_.synchronize();
+      fail("cancelled after ", i, " of ", steps, " steps; the session holds the tokens fed before that point");
+    }
+    r.position = pos_;
+    ChunkIO io;
+    io.device_ids = View(tokens, size_t(i));
+    io.next_token = View(tokens, size_t(i) + 1);
+    forward_chunk(io, 1, 0, options, r);
+  }
+  std::vector<int32_t> chosen(size_t(steps) + 1);
+  be_.read(View(tokens), chosen.data(), chosen.size());
+  chosen.erase(chosen.begin());
+  return chosen;
+}
+
+void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardOptions& opt, ForwardResult& r) {
   const ModelConfig& c = model_.config();
   Scratch& s = scratch(m);
   const int H = c.hidden_size, E = c.num_experts, K = c.experts_per_token, NL = c.num_layers;
@@ -328,8 +365,8 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, const Forward
   for (size_t i = 0; i < opt.interventions.size(); ++i)
     if (opt.interventions[i].kind == Intervention::Kind::Steer) steer[i] = be_.upload(opt.interventions[i].vector);
 
-  be_.write(s.ids, ids, size_t(m));
-  be_.embed(model_.embed(), s.ids, m, s.h);
+  if (io.host_ids) be_.write(s.ids, io.host_ids, size_t(m));
+  be_.embed(model_.embed(), io.host_ids ? View(s.ids) : io.device_ids, m, s.h);
 
   const DeltaNetShape dn{c.linear_key_heads, c.linear_value_heads, c.linear_key_dim, c.linear_value_dim, 1e-6f};
   const AttentionShape as{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, c.attn_output_gate,
@@ -452,12 +489,19 @@ void Session::forward_chunk(const int32_t* ids, int m, int offset, const Forward
   // Logits: every row, or the last row of the last chunk.
   const int V = c.vocab_size;
   int rows = 0, first = 0, out_row = 0;
-  if (opt.logits == LogitsMode::All) rows = m, first = 0, out_row = offset;
+  if (io.next_token) rows = 1, first = m - 1;
+  else if (opt.logits == LogitsMode::All) rows = m, first = 0, out_row = offset;
   else if (opt.logits == LogitsMode::Last && last_chunk) rows = 1, first = m - 1, out_row = 0;
   if (rows) {
     if (!s.logits || s.logits->count() < size_t(rows) * V) s.logits = be_.alloc(ElemType::F32, size_t(rows) * V);
     be_.rms_norm(View(s.h, size_t(first) * H), model_.final_norm(), rows, H, c.rms_norm_eps, s.x);
     be_.matmul(model_.lm_head(), s.x, rows, s.logits);
+  }
+  if (io.next_token) {  // greedy decoding: the token stays on the backend, and nothing waits for it
+    be_.argmax(s.logits, 1, V, io.next_token);
+    be_.flush();
+    pos_ += m;
+    return;
   }
   be_.synchronize();
   if (rows) be_.read(s.logits, r.logits.data() + size_t(out_row) * V, size_t(rows) * V);

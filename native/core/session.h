@@ -68,6 +68,11 @@ class Session {
   const Model& model() const { return model_; }
 
   ForwardResult forward(const int32_t* ids, int n, const ForwardOptions& options);
+  // Greedy decoding of `steps` tokens: feeds `first`, then each chosen token, which stays on the
+  // backend between steps (the arg-max runs there and nothing is read back until the end, so a GPU
+  // runs a step while the host records the next). Interventions apply as in forward(); captures are
+  // refused. Returns the chosen tokens; the last of them has not been fed, as after forward().
+  std::vector<int32_t> decode_greedy(int32_t first, int steps, const ForwardOptions& options);
   void reset();
   std::unique_ptr<Session> fork() const;
 
@@ -85,7 +90,13 @@ class Session {
   };
   struct Scratch;
 
-  void forward_chunk(const int32_t* ids, int m, int offset, const ForwardOptions& options, ForwardResult& result);
+  // Where a chunk's tokens come from: the host, or a backend buffer (greedy decoding), and where its
+  // greedy next token goes when it stays on the backend (no logits are then read back).
+  struct ChunkIO {
+    const int32_t* host_ids = nullptr;
+    View device_ids, next_token;
+  };
+  void forward_chunk(const ChunkIO& io, int m, int offset, const ForwardOptions& options, ForwardResult& result);
   void validate(const ForwardOptions& options, int n) const;
   void apply_state_interventions(const ForwardOptions& options);
   void ensure_kv_capacity(int tokens);

@@ -5,8 +5,10 @@
 //   moelens-gpu-bench agree DIR... [--backend cuda] [--positions 64] [--decode 32]
 //
 // speed: a synthetic prompt (token i = (i * 2654435761 mod 2^32) mod vocab, as Lily's benchmark), one
-// timed prefill, then greedy decoding; prints tok/s, kernel launches per token, the weight and state
-// bytes each decoded token reads and the fraction of the given peak bandwidth that makes.
+// timed prefill, then greedy decoding twice: with the logits read back each step, and with the token
+// kept on the device (the reported figure; both must choose the same tokens); prints tok/s, kernel
+// launches per token, the weight and state bytes each decoded token reads and the fraction of the
+// given peak bandwidth that makes.
 // agree: per checkpoint, teacher-forced top-1 over `positions` random tokens against the CPU backend
 // (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std),
 // then greedy decoding on both until the first near-tie; exits 1 when either fails.
@@ -95,36 +97,58 @@ int speed(const Options& o) {
     warm.forward(prompt.data(), std::min(o.prompt, 16), last);
     int32_t tok = 1;
     for (int i = 0; i < o.warmup; ++i) tok = argmax(warm.forward(&tok, 1, last).logits.data(), c.vocab_size);
+    warm.decode_greedy(tok, o.warmup, ForwardOptions{});
   }
 
+  // 1. Prefill, then greedy decoding with the logits read back and the arg-max taken on the host.
   Session s(*model);
   const auto p0 = Clock::now();
   ForwardResult r = s.forward(prompt.data(), o.prompt, last);
   const double prefill_s = seconds(p0, Clock::now());
-  int32_t tok = argmax(r.logits.data(), c.vocab_size);
-  const uint64_t launches0 = gpu ? gpu->dispatch_count() : 0;
+  const int32_t first = argmax(r.logits.data(), c.vocab_size);
+  int32_t tok = first;
+  std::vector<int32_t> host_tokens;
   std::vector<double> step(static_cast<size_t>(decode));
-  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the generated ids
+  const auto h0 = Clock::now();
   for (int i = 0; i < decode; ++i) {
     const auto a = Clock::now();
     r = s.forward(&tok, 1, last);
     tok = argmax(r.logits.data(), c.vocab_size);
+    host_tokens.push_back(tok);
     step[size_t(i)] = seconds(a, Clock::now());
-    digest = (digest ^ uint64_t(uint32_t(tok))) * 1099511628211ull;
   }
+  const double host_s = seconds(h0, Clock::now());
   std::vector<double> sorted = step;
   std::sort(sorted.begin(), sorted.end());
-  const double total = std::accumulate(step.begin(), step.end(), 0.0);
-  const double tok_s = decode / total, median = sorted[sorted.size() / 2];
-  const double bytes = bytes_per_token(*model, o.prompt + decode / 2);
   std::printf("prefill: %d tokens in %.3f s = %.1f tok/s\n", o.prompt, prefill_s, o.prompt / prefill_s);
-  std::printf("decode: %d tokens, %.2f tok/s (median step %.3f ms, min %.3f ms), digest %016llx\n", decode, tok_s,
-              median * 1e3, sorted.front() * 1e3, static_cast<unsigned long long>(digest));
+  std::printf("decode, logits read back each step: %d tokens, %.2f tok/s (median step %.3f ms, min %.3f ms)\n", decode,
+              decode / host_s, sorted[sorted.size() / 2] * 1e3, sorted.front() * 1e3);
+
+  // 2. The same decode with the token kept on the device (Session::decode_greedy): the figure reported.
+  Session g(*model);
+  g.forward(prompt.data(), o.prompt, last);
+  const uint64_t launches0 = gpu ? gpu->dispatch_count() : 0;
+  if (gpu) gpu->runtime().reset_stats();  // the runtime's report covers this decode only
+  const auto g0 = Clock::now();
+  const std::vector<int32_t> tokens = g.decode_greedy(first, decode, ForwardOptions{});
+  const double total = seconds(g0, Clock::now());
+  const uint64_t launches = gpu ? gpu->dispatch_count() - launches0 : 0;
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over the generated ids
+  for (int32_t t : tokens) digest = (digest ^ uint64_t(uint32_t(t))) * 1099511628211ull;
+  const auto differ = std::mismatch(tokens.begin(), tokens.end(), host_tokens.begin());
+  const double tok_s = decode / total;
+  const double bytes = bytes_per_token(*model, o.prompt + decode / 2);
+  std::printf("decode, token kept on the device: %d tokens, %.2f tok/s (%.3f ms per token), digest %016llx, %s\n",
+              decode, tok_s, 1e3 * total / decode, static_cast<unsigned long long>(digest),
+              differ.first == tokens.end() ? "same tokens as the read-back loop"
+                                           : ("tokens differ from the read-back loop at step " +
+                                              std::to_string(differ.first - tokens.begin()))
+                                                 .c_str());
   std::printf("decode reads %.3f GB per token (weights, DeltaNet state, KV at %d): %.0f GB/s = %.1f %% of %.0f GB/s\n",
               bytes / 1e9, o.prompt + decode / 2, bytes * tok_s / 1e9, 100.0 * bytes * tok_s / 1e9 / o.peak_gbps,
               o.peak_gbps);
   if (gpu) {
-    std::printf("kernel launches per decoded token: %.1f\n", double(gpu->dispatch_count() - launches0) / decode);
+    std::printf("kernel launches per decoded token: %.1f\n", double(launches) / decode);
     const std::string st = gpu->runtime().stats();
     if (!st.empty()) std::printf("runtime: %s\n", st.c_str());
   }
@@ -215,6 +239,7 @@ void usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a log even if the run is cut short
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -337,7 +337,7 @@ std::vector<Case> cases() {
     bool trace;
   };
   for (DnShape d : {DnShape{2, 4, 64, 64, 1, true}, DnShape{2, 4, 64, 64, 4, false}, DnShape{1, 2, 128, 32, 3, true},
-                    DnShape{2, 2, 32, 96, 2, true}})
+                    DnShape{2, 2, 32, 96, 2, true}, DnShape{2, 4, 128, 96, 2, false}})
     add("deltanet " + std::to_string(d.vh) + "x" + std::to_string(d.dk) + "x" + std::to_string(d.dv) + " n" +
             std::to_string(d.n) + (d.trace ? " traced" : ""),
         [d](Ctx& c) {
@@ -424,7 +424,7 @@ std::vector<Case> cases() {
     bool renorm, bias, probs;
   };
   for (RouteShape r : {RouteShape{3, 40, 6, true, false, true}, RouteShape{2, 300, 8, false, true, true},
-                       RouteShape{4, 16, 4, true, true, false}})
+                       RouteShape{4, 16, 4, true, true, false}, RouteShape{1, 512, 10, true, true, true}})
     add("route " + std::to_string(r.experts) + " top-" + std::to_string(r.k) + (r.bias ? " biased" : ""), [r](Ctx& c) {
       c.shape = std::to_string(r.n) + " tokens";
       Pair logits = c.floats(c.rng.normals(size_t(r.n) * r.experts, 2.0f));
@@ -466,25 +466,26 @@ std::vector<Case> cases() {
       });
 
   add("argmax", [](Ctx& c) {
-    c.shape = "3 rows of 1000, a tie and a NaN";
-    // Not in backend.h: the reference is the first maximum of each row.
-    const int n = 3, vocab = 1000;
+    // 5000 logits: three slices of the first pass; ties inside a slice and across slices.
+    c.shape = "4 rows of 5000: ties within and across slices, NaNs, all -inf";
+    const int n = 4, vocab = 5000;
     std::vector<float> v = c.rng.normals(size_t(n) * vocab);
-    v[size_t(vocab) + 10] = v[size_t(vocab) + 500] = 9.0f;  // a tie: the first wins
-    v[2 * size_t(vocab) + 999] = 9.0f;
-    v[2 * size_t(vocab) + 3] = NAN;
-    Pair logits = c.floats(v), ids = c.ints({-1, -1, -1});
+    v[size_t(vocab) + 10] = v[size_t(vocab) + 500] = v[size_t(vocab) + 4500] = 9.0f;  // the first wins
+    v[2 * size_t(vocab) + 4999] = 9.0f;
+    v[2 * size_t(vocab) + 3] = NAN;  // never wins
+    std::fill_n(&v[2 * size_t(vocab)], 2048, NAN);  // a slice of NaNs only
+    std::fill_n(&v[3 * size_t(vocab)], vocab, -INFINITY);
+    Pair logits = c.floats(v), ids = c.ints({-1, -1, -1, -1});
+    c.cpu.argmax(View(logits.cpu.get()), n, vocab, View(ids.cpu.get()));
     c.gpu.argmax(View(logits.gpu.get()), n, vocab, View(ids.gpu.get()));
-    std::vector<int32_t> got(n);
+    std::vector<int32_t> want(n), got(n);
+    c.cpu.read(View(ids.cpu.get()), want.data(), n);
     c.gpu.read(View(ids.gpu.get()), got.data(), n);
-    for (int t = 0; t < n; ++t) {
-      int best = 0;
-      for (int i = 1; i < vocab; ++i)
-        if (v[size_t(t) * vocab + i] > v[size_t(t) * vocab + best]) best = i;
-      if (got[size_t(t)] != best)
-        throw Failure("argmax row " + std::to_string(t) + ": gpu " + std::to_string(got[size_t(t)]) + ", expected " +
-                      std::to_string(best));
-    }
+    const int32_t expected[] = {-2, 10, 4999, 0};  // row 0: random, so only the backends' agreement
+    for (int t = 0; t < n; ++t)
+      if (got[size_t(t)] != want[size_t(t)] || (expected[t] >= 0 && want[size_t(t)] != expected[t]))
+        throw Failure("argmax row " + std::to_string(t) + ": gpu " + std::to_string(got[size_t(t)]) + ", cpu " +
+                      std::to_string(want[size_t(t)]));
   });
   return all;
 }

@@ -20,6 +20,13 @@ uint32_t u32(size_t v, const char* what) {
 
 uint32_t ceil_div(size_t a, size_t b) { return u32((a + b - 1) / b, "grid size"); }
 
+// Threads for a norm over rows of `dim`: enough for NORM_MAX_PER_THREAD values each.
+uint32_t norm_threads(int dim) {
+  if (dim <= 0 || size_t(dim) > size_t(NORM_THREADS) * NORM_MAX_PER_THREAD)
+    fail("gpu backend: RMSNorm over rows of ", dim, " (the kernel takes up to ", size_t(NORM_THREADS) * NORM_MAX_PER_THREAD, ")");
+  return std::max<uint32_t>(32, (ceil_div(size_t(dim), NORM_MAX_PER_THREAD) + 31) / 32 * 32);
+}
+
 // Partial results of one attention launch stay below this many floats (longer prefills are split).
 constexpr size_t kMaxAttentionPartialFloats = size_t(8) << 20;
 
@@ -96,6 +103,7 @@ GpuBackend::~GpuBackend() {
   attn_ml_.reset();
   attn_o_.reset();
   attn_lse_.reset();
+  argmax_parts_.reset();
 }
 
 void GpuBackend::submit(const Dispatch& d) {
@@ -115,6 +123,11 @@ void GpuBackend::finish_locked() {
 void GpuBackend::synchronize() {
   auto lock = enter();
   if (pending_) finish_locked();
+}
+
+void GpuBackend::flush() {
+  auto lock = enter();
+  if (pending_) runtime_->submit();  // pending_ stays set: finish_locked() still waits for it
 }
 
 void GpuBackend::scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats) {
@@ -154,7 +167,11 @@ std::unique_ptr<Weight> GpuBackend::upload(const LinearWeight& w) {
       fail(w.name, ": group size ", w.group_size, "; the GPU kernels need a multiple of ", chunk, " at ", w.bits, " bits");
     d.format = w.bits == 4 ? WEIGHT_Q4 : WEIGHT_Q8;
     d.group_size = u32(size_t(w.group_size), "group size");
-    d.scale_row_bytes = u32(w.scale_row_bytes(), "scale row bytes");
+    const int words_per_group = w.group_size / (32 / w.bits);
+    if (words_per_group & (words_per_group - 1))
+      fail(w.name, ": group size ", w.group_size, "; the GPU kernels need a power of two");
+    for (d.group_shift = 0; (1 << d.group_shift) < words_per_group;) ++d.group_shift;
+    d.scale_row_bytes = u32((w.scale_row_bytes() + 3) / 4 * 4, "scale row bytes");  // rows padded to 4 bytes
     switch (w.scale_dtype) {
       case DType::BF16: d.scale_type = SCALE_BF16; break;
       case DType::F16: d.scale_type = SCALE_F16; break;
@@ -174,12 +191,19 @@ std::unique_ptr<Weight> GpuBackend::upload(const LinearWeight& w) {
   for (int64_t e = 0; e < experts; ++e)
     runtime_->write(g->data->device(), size_t(e) * matrix_bytes, w.data[size_t(e)], matrix_bytes);
   if (w.quantized()) {
-    const size_t scale_bytes = size_t(w.rows) * d.scale_row_bytes;
-    g->scales = std::make_unique<GpuBuffer>(*this, ElemType::I32, (size_t(experts) * scale_bytes + 3) / 4);
-    g->biases = std::make_unique<GpuBuffer>(*this, ElemType::I32, (size_t(experts) * scale_bytes + 3) / 4);
+    const size_t scale_bytes = size_t(w.rows) * d.scale_row_bytes, stored = w.scale_row_bytes();
+    g->scales = std::make_unique<GpuBuffer>(*this, ElemType::I32, size_t(experts) * scale_bytes / 4);
+    g->biases = std::make_unique<GpuBuffer>(*this, ElemType::I32, size_t(experts) * scale_bytes / 4);
+    std::vector<unsigned char> padded(stored == d.scale_row_bytes ? 0 : scale_bytes);
+    auto put = [&](GpuBuffer& dst, size_t at, const void* src) {  // one expert's rows, padded if needed
+      if (padded.empty()) return runtime_->write(dst.device(), at, src, scale_bytes);
+      for (int64_t r = 0; r < w.rows; ++r)
+        std::memcpy(&padded[size_t(r) * d.scale_row_bytes], static_cast<const unsigned char*>(src) + size_t(r) * stored, stored);
+      runtime_->write(dst.device(), at, padded.data(), scale_bytes);
+    };
     for (int64_t e = 0; e < experts; ++e) {
-      runtime_->write(g->scales->device(), size_t(e) * scale_bytes, w.scales[size_t(e)], scale_bytes);
-      runtime_->write(g->biases->device(), size_t(e) * scale_bytes, w.biases[size_t(e)], scale_bytes);
+      put(*g->scales, size_t(e) * scale_bytes, w.scales[size_t(e)]);
+      put(*g->biases, size_t(e) * scale_bytes, w.biases[size_t(e)]);
     }
   }
   return g;
@@ -238,13 +262,13 @@ void GpuBackend::rms_norm(View x, View weight, int rows, int dim, float eps, Vie
     shader::AddNormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u, add_.scale};
     namespace an = k::add_rms_norm;
     Call(*this, an::id).buf(an::h, x).buf(an::a, add_.b).opt(an::weight, weight).buf(an::out, out).params(an::p, p)
-        .grid(p.rows).threads(REDUCE_THREADS).run();
+        .grid(p.rows).threads(norm_threads(dim)).run();
     return;
   }
   flush_add();
   shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u};
   Call(*this, k::rms_norm::id).buf(k::rms_norm::x, x).opt(k::rms_norm::weight, weight).buf(k::rms_norm::out, out)
-      .params(k::rms_norm::p, p).grid(p.rows).threads(REDUCE_THREADS).run();
+      .params(k::rms_norm::p, p).grid(p.rows).threads(norm_threads(dim)).run();
 }
 
 void GpuBackend::add(View a, View b, size_t count, float s) {
@@ -292,12 +316,13 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
     if (j > 0 && w.desc.cols != p.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
     p.w[j] = w.desc;
     p.cols = w.desc.cols;
-    p.total_rows += w.desc.rows;
+    p.first_block[j] = p.total_blocks;
+    p.total_blocks += ceil_div(w.desc.rows, GEMV_ROWS);
     call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
   }
   p.x_vec4 = x.offset % 4 == 0 && p.cols % 4 == 0 ? 1u : 0u;
-  call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_rows, ROWS_PER_THREADGROUP), p.n)
-      .threads(32 * ROWS_PER_THREADGROUP).run();
+  call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS), p.n)
+      .threads(GEMV_THREADS).run();
 }
 
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
@@ -324,26 +349,32 @@ void GpuBackend::conv_silu(View x, View state, View weights, int n, int channels
 void GpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, View state, int n, const DeltaNetShape& s,
                           View out, const DeltaNetTrace& trace) {
   auto lock = enter();
-  if (s.value_dim % 32 != 0 || s.value_dim > DELTANET_MAX_VALUE_DIM)
-    fail("gpu backend: DeltaNet value_dim ", s.value_dim, " (the kernel needs a multiple of 32, at most ",
-         DELTANET_MAX_VALUE_DIM, ")");
-  if (s.key_dim > int(DELTANET_MAX_KEY_DIM)) fail("gpu backend: DeltaNet key_dim ", s.key_dim, " (at most ", DELTANET_MAX_KEY_DIM, ")");
+  if (s.value_dim % 8 != 0) fail("gpu backend: DeltaNet value_dim ", s.value_dim, " (the kernel needs a multiple of 8)");
+  if (trace.state_norm && s.value_dim > DELTANET_MAX_VALUE_DIM)
+    fail("gpu backend: tracing the DeltaNet state norm needs value_dim <= ", DELTANET_MAX_VALUE_DIM, " (got ", s.value_dim, ")");
+  if (s.key_dim % 4 != 0 || s.key_dim > int(DELTANET_MAX_KEY_DIM))
+    fail("gpu backend: DeltaNet key_dim ", s.key_dim, " (the kernel needs a multiple of 4, at most ", DELTANET_MAX_KEY_DIM, ")");
   if (s.key_heads <= 0 || s.value_heads % s.key_heads != 0) fail("gpu backend: DeltaNet value heads not a multiple of key heads");
   shader::DeltaNetParams p{u32(size_t(n), "tokens"), uint32_t(s.key_heads), uint32_t(s.value_heads), uint32_t(s.key_dim),
                            uint32_t(s.value_dim), s.eps, trace.beta ? 1u : 0u, trace.decay ? 1u : 0u,
                            trace.state_norm ? 1u : 0u};
+  // 8 columns of a head per threadgroup (one simdgroup); the whole head in one when its state norm is traced.
+  const uint32_t columns = trace.state_norm ? p.value_dim : 8u;
   namespace d = k::deltanet;
   Call(*this, d::id).buf(d::qkv, qkv).buf(d::b, b).buf(d::a, a).buf(d::A_log, A_log).buf(d::dt_bias, dt_bias)
       .buf(d::state, state).buf(d::out, out).opt(d::trace_beta, trace.beta).opt(d::trace_decay, trace.decay)
-      .opt(d::trace_norm, trace.state_norm).params(d::p, p).grid(p.value_heads).threads(p.value_dim).run();
+      .opt(d::trace_norm, trace.state_norm).params(d::p, p).grid(p.value_heads, p.value_dim / columns)
+      .threads(4 * columns).run();
 }
 
 void GpuBackend::gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) {
   auto lock = enter();
+  if (dim <= 0 || size_t(dim) > 32 * NORM_MAX_PER_THREAD)
+    fail("gpu backend: gated RMSNorm over rows of ", dim, " (the kernel takes up to ", 32 * NORM_MAX_PER_THREAD, ")");
   shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, 1u};
   namespace g = k::gated_rms_norm;
   Call(*this, g::id).buf(g::x, x).buf(g::z, z).buf(g::weight, weight).buf(g::out, out).params(g::p, p)
-      .grid(ceil_div(p.rows, ROWS_PER_THREADGROUP)).threads(32 * ROWS_PER_THREADGROUP).run();
+      .grid(ceil_div(p.rows, ROWS_PER_THREADGROUP)).threads(ROW_THREADS).run();
 }
 
 void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
@@ -421,6 +452,21 @@ void GpuBackend::add_gated(View acc, View y, View gate_logit, int n, int dim, fl
       .grid(ceil_div(size_t(n) * size_t(dim), ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
 }
 
+void GpuBackend::argmax(View logits, int rows, int vocab, View ids) {
+  auto lock = enter();
+  const uint32_t parts = ceil_div(size_t(vocab), ARGMAX_PART_LEN);
+  shader::ArgmaxParams p{u32(size_t(rows), "rows"), u32(size_t(vocab), "vocabulary"), parts, ARGMAX_PART_LEN};
+  const size_t slots = size_t(p.n) * parts;
+  scratch(argmax_parts_, 2 * slots);  // the best value of each slice, then its index
+  const View part_v(argmax_parts_.get()), part_i(argmax_parts_.get(), slots);
+  namespace ap = k::argmax_partial;
+  Call(*this, ap::id).buf(ap::logits, logits).buf(ap::part_v, part_v).buf(ap::part_i, part_i).params(ap::p, p)
+      .grid(parts, p.n).threads(REDUCE_THREADS).run();
+  namespace a = k::argmax;
+  Call(*this, a::id).buf(a::part_v, part_v).buf(a::part_i, part_i).buf(a::ids, ids).params(a::p, p).grid(p.n)
+      .threads(REDUCE_THREADS).run();
+}
+
 void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bool renormalize, View ids, View weights,
                        View probs) {
   auto lock = enter();
@@ -431,7 +477,7 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
                         bias ? 1u : 0u, probs ? 1u : 0u};
   namespace r = k::route;
   Call(*this, r::id).buf(r::logits, logits).opt(r::bias, bias).buf(r::ids, ids).buf(r::weights, weights)
-      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads(REDUCE_THREADS).run();
+      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads(32).run();
 }
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
@@ -448,18 +494,11 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get()).buf(gu::x, x)
       .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).params(gu::p, p)
-      .grid(ceil_div(p.inter, ROWS_PER_THREADGROUP), p.k, p.n).threads(32 * ROWS_PER_THREADGROUP).run();
+      .grid(ceil_div(p.inter, GEMV_ROWS * GEMV_SIMDGROUPS), p.k, p.n).threads(GEMV_THREADS).run();
   namespace dn = k::moe_down;
   Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out).params(dn::p, p)
-      .grid(ceil_div(p.hidden, ROWS_PER_THREADGROUP), p.n).threads(32 * ROWS_PER_THREADGROUP).run();
-}
-
-void GpuBackend::argmax(View logits, int n, int vocab, View ids) {
-  auto lock = enter();
-  shader::ArgmaxParams p{u32(size_t(n), "rows"), u32(size_t(vocab), "vocab")};
-  Call(*this, k::argmax::id).buf(k::argmax::logits, logits).buf(k::argmax::ids, ids).params(k::argmax::p, p)
-      .grid(p.n).threads(REDUCE_THREADS).run();
+      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS), p.n).threads(GEMV_THREADS).run();
 }
 
 }  // namespace moelens::gpu

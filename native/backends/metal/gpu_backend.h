@@ -53,6 +53,7 @@ class GpuBackend final : public Backend {
   void copy(View dst, View src, size_t count) override;
   void fill(View dst, float value, size_t count) override;
   void synchronize() override;
+  void flush() override;
 
   void embed(const Weight& table, View ids, int n, View out) override;
   void rms_norm(View x, View weight, int rows, int dim, float eps, View out) override;
@@ -78,10 +79,7 @@ class GpuBackend final : public Backend {
                    int k, View out) override;
   void swiglu(View gate, View up, size_t count, View out) override;
   void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) override;
-
-  // Not (yet) in backend.h: ids[t] = argmax of logits row t (first maximum), so that greedy decoding
-  // can keep the next token on the device.
-  void argmax(View logits, int n, int vocab, View ids);
+  void argmax(View logits, int rows, int vocab, View ids) override;
 
   // Kernel launches recorded since this backend was made, in all and by kernels::Id (for reports:
   // launches per token; and for the kernel tests: which kernels a case ran).
@@ -105,7 +103,8 @@ class GpuBackend final : public Backend {
   bool pending_ = false;                       // work recorded since the last finish
   std::vector<DeviceBuffer*> graveyard_;       // freed while pending; destroyed after the finish
   std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
-  std::unique_ptr<GpuBuffer> moe_h_, attn_ml_, attn_o_, attn_lse_;  // internal scratch, grown on demand
+  // internal scratch, grown on demand
+  std::unique_ptr<GpuBuffer> moe_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {

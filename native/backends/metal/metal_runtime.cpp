@@ -1,8 +1,9 @@
 // The Runtime over Metal, through objc.h. Kernels are compiled at run time from the MSL text embedded
 // at build time (newLibraryWithSource, one library per .metal file, MSL 3.0, fast math off so that
 // infinities and NaNs keep their meaning); pipelines are cached per kernel. Everything dispatched
-// between two finish() calls goes into one command buffer with one serial compute encoder (each
-// dispatch sees the previous ones' writes). Buffers are shared-storage: host reads and writes are
+// between two submissions goes into one command buffer with one serial compute encoder (each
+// dispatch sees the previous ones' writes): a decode step is one command buffer, committed without
+// waiting so that the host records the next step meanwhile; finish() waits for them all. Buffers are shared-storage: host reads and writes are
 // memcpy, done only while no command buffer is in flight.
 #include <cstring>
 #include <memory>
@@ -88,7 +89,13 @@ class MetalRuntime final : public Runtime {
     max_threads_.assign(kernels::kCount, 0);
   }
   ~MetalRuntime() override {
-    if (encoder_) finish();
+    if (encoder_ || !in_flight_.empty()) {
+      try {
+        finish();
+      } catch (const std::exception&) {
+        // nobody waits for this work's result any more
+      }
+    }
     for (id p : pipelines_)
       if (p) msg<void>(p, S().release);
     for (id l : libraries_)
@@ -138,20 +145,27 @@ class MetalRuntime final : public Runtime {
               MTLSize{d.threads[0], d.threads[1], d.threads[2]});
   }
 
-  void finish() override {
+  void submit() override {
     if (!encoder_) return;
     msg<void>(encoder_, S().endEncoding);
     msg<void>(command_buffer_, S().commit);
-    msg<void>(command_buffer_, S().waitUntilCompleted);
-    const NSInteger status = msg<NSInteger>(command_buffer_, S().status);
-    std::string why;
-    if (status == kCommandBufferStatusError) {
-      AutoreleasePool pool;
-      why = describe(msg(command_buffer_, S().error));
-    }
     msg<void>(encoder_, S().release);
-    msg<void>(command_buffer_, S().release);
+    in_flight_.push_back(command_buffer_);  // retained until finish() has waited for it
     encoder_ = command_buffer_ = nullptr;
+  }
+
+  void finish() override {
+    submit();
+    std::string why;
+    for (id cb : in_flight_) {  // one queue runs them in order; each is checked for its own error
+      msg<void>(cb, S().waitUntilCompleted);
+      if (why.empty() && msg<NSInteger>(cb, S().status) == kCommandBufferStatusError) {
+        AutoreleasePool pool;
+        why = describe(msg(cb, S().error));
+      }
+      msg<void>(cb, S().release);
+    }
+    in_flight_.clear();
     if (!why.empty()) fail("metal: command buffer failed: ", why);
   }
 
@@ -181,6 +195,7 @@ class MetalRuntime final : public Runtime {
   }
 
   id device_ = nullptr, queue_ = nullptr, command_buffer_ = nullptr, encoder_ = nullptr;
+  std::vector<id> in_flight_;  // committed command buffers not yet waited for
   std::vector<id> libraries_, pipelines_;
   std::vector<size_t> max_threads_;
 };

@@ -46,11 +46,15 @@ class Runtime {
 
   // Records a kernel launch after the ones before it (each sees the effects of the previous ones).
   virtual void dispatch(const Dispatch& d) = 0;
-  // Submits everything recorded since the last call and waits for it.
+  // Submits everything recorded since the last submit() or finish() without waiting for it.
+  virtual void submit() = 0;
+  // Submits what is left and waits for all submitted work.
   virtual void finish() = 0;
 
-  // A line about what the runtime did (e.g. CUDA graph instantiations and updates), for reports.
+  // A line about what the runtime did (e.g. CUDA graph instantiations and updates), for reports,
+  // counted from construction or the last reset_stats().
   virtual std::string stats() const { return ""; }
+  virtual void reset_stats() {}
 };
 
 }  // namespace moelens::gpu

@@ -3,8 +3,8 @@
 //   msl_sources.cpp    the MSL sources with local includes inlined, for newLibraryWithSource at run time
 //   <file>.emu.cpp     C++ for the CPU emulator (native/backends/metal/emulator/msl.h), plus launchers
 //   emu_table.cpp      the emulator's launcher table, indexed by kernel id
-//   <file>.cu          CUDA (native/backends/cuda/msl_cuda.h), plus launchers      (with --cuda)
-//   cuda_table.cu      the CUDA launcher table                                      (with --cuda)
+//   <file>.cu          CUDA (native/backends/cuda/msl_cuda.h), plus describers     (with --cuda)
+//   cuda_table.cu      the CUDA describer table, indexed by kernel id              (with --cuda)
 // It also lints the sources for what Apple's compiler rejects but C++ accepts.
 //
 // usage: msl-translate --out DIR [--cuda] file.metal...
@@ -578,25 +578,21 @@ std::string cuda_file(const ShaderFile& f) {
   }
   std::string body = with_lines(f, apply(f.src.text, edits));
   std::string o = kGenerated;
-  o += "#include \"msl_cuda.h\"\n#include \"launch.h\"\n\nnamespace msl_file_" + f.stem + " {\n" + body + "}  // namespace\n\n";
+  o += "#include \"msl_cuda.h\"\n#include \"kernel_call.h\"\n\nnamespace msl_file_" + f.stem + " {\n" + body + "}  // namespace\n\n";
+  // Each kernel gets a describer: its function and argument addresses (into L, which must outlive the
+  // launch call), for cudaLaunchKernel and for graph kernel nodes alike.
   for (const Kernel& k : f.kernels) {
-    o += "void moelens_cuda_" + k.name + "(const moelens::gpu::KernelLaunch& L, cudaStream_t stream) {\n";
+    o += "void moelens_cuda_" + k.name + "(const moelens::gpu::KernelLaunch& L, moelens::gpu::CudaKernelCall& call) {\n";
     o += "  using namespace msl_file_" + f.stem + ";\n";
     o += require_call(k);
-    std::string args;
+    o += "  call.func = reinterpret_cast<const void*>(&" + k.name + ");\n  call.count = 0;\n";
     for (const Param& p : k.params) {
-      if (p.kind == ParamKind::Builtin) continue;
-      if (!args.empty()) args += ", ";
-      if (p.kind == ParamKind::Buffer) {
-        std::string ty = p.type;
-        for (const char* as : {"device ", "constant "})
-          if (ty.rfind(as, 0) == 0) ty = ty.substr(std::string(as).size());
-        args += "(" + ty + ")(L.buffers[" + std::to_string(p.index) + "])";
-      } else {
-        args += "*static_cast<const " + p.struct_type + "*>(L.params)";
-      }
+      if (p.kind == ParamKind::Buffer)
+        o += "  call.args[call.count++] = const_cast<void**>(&L.buffers[" + std::to_string(p.index) + "]);\n";
+      else if (p.kind == ParamKind::Params)
+        o += "  call.args[call.count++] = const_cast<void*>(L.params);\n";
     }
-    o += "  " + k.name + "<<<dim3(L.grid[0], L.grid[1], L.grid[2]), dim3(L.threads[0], L.threads[1], L.threads[2]), 0, stream>>>(" + args + ");\n}\n\n";
+    o += "}\n\n";
   }
   return o + "#include \"msl_cuda_end.h\"\n";
 }
@@ -664,15 +660,16 @@ std::string sources_file(const std::vector<ShaderFile>& files) {
 std::string table_file(const std::vector<ShaderFile>& files, bool cuda) {
   std::string o = kGenerated;
   const std::string prefix = cuda ? "moelens_cuda_" : "moelens_emu_";
-  const std::string sig = cuda ? "(const moelens::gpu::KernelLaunch&, cudaStream_t)" : "(const moelens::gpu::KernelLaunch&)";
-  o += cuda ? "#include <cuda_runtime.h>\n" : "";
+  const std::string sig =
+      cuda ? "(const moelens::gpu::KernelLaunch&, moelens::gpu::CudaKernelCall&)" : "(const moelens::gpu::KernelLaunch&)";
+  o += cuda ? "#include \"kernel_call.h\"\n" : "";
   o += "#include \"kernels.h\"\n#include \"launch.h\"\n\n";
   for (const ShaderFile& f : files)
     for (const Kernel& k : f.kernels) o += "void " + prefix + k.name + sig + ";\n";
   o += "\nnamespace moelens::gpu::kernels {\n\n";
-  o += std::string("using ") + (cuda ? "CudaLauncher" : "EmuLauncher") + " = void (*)" + sig + ";\n";
-  o += std::string("extern const ") + (cuda ? "CudaLauncher kCudaLaunchers" : "EmuLauncher kEmuLaunchers") + "[];\n";
-  o += std::string("const ") + (cuda ? "CudaLauncher kCudaLaunchers" : "EmuLauncher kEmuLaunchers") + "[] = {\n";
+  o += std::string("using ") + (cuda ? "CudaDescriber" : "EmuLauncher") + " = void (*)" + sig + ";\n";
+  o += std::string("extern const ") + (cuda ? "CudaDescriber kCudaDescribers" : "EmuLauncher kEmuLaunchers") + "[];\n";
+  o += std::string("const ") + (cuda ? "CudaDescriber kCudaDescribers" : "EmuLauncher kEmuLaunchers") + "[] = {\n";
   for (const ShaderFile& f : files)
     for (const Kernel& k : f.kernels) o += "    " + prefix + k.name + ",\n";
   o += "};\n\n}  // namespace moelens::gpu::kernels\n";
