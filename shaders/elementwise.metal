@@ -34,22 +34,6 @@ using namespace metal;
   if (i < p.count) x[i] *= sigmoid(gate[i]);
 }
 
-// out = silu(gate) * up  (out may alias gate)
-[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void swiglu(device const float* gate [[buffer(0)]], device const float* up [[buffer(1)]],
-                   device float* out [[buffer(2)]], constant ElementwiseParams& p [[buffer(3)]],
-                   uint i [[thread_position_in_grid]]) {
-  if (i < p.count) out[i] = silu(gate[i]) * up[i];
-}
-
-// acc[t] += scale * sigmoid(gate_logit[t]) * y[t]  (the gated shared expert), rows of `dim`
-[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void add_gated(device float* acc [[buffer(0)]], device const float* y [[buffer(1)]],
-                      device const float* gate_logit [[buffer(2)]], constant AddGatedParams& p [[buffer(3)]],
-                      uint i [[thread_position_in_grid]]) {
-  if (i >= p.n * p.dim) return;
-  const uint t = i / p.dim;
-  acc[i] += p.scale * sigmoid(gate_logit[t]) * y[i];
-}
-
 // out[t, c] = table[ids[t], c], dequantized; grid (columns / threads, tokens)
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void embed(device const uchar* data [[buffer(0)]], device const uchar* scales [[buffer(1)]],
                   device const uchar* biases [[buffer(2)]], device const int* ids [[buffer(3)]],

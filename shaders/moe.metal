@@ -87,42 +87,58 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
     for (uint s = 0; s < p.k; ++s) weights[ulong(t) * p.k + s] /= total;
 }
 
-// h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s]; each simdgroup computes
-// GEMV_ROWS rows r; grid (ceil(inter / (GEMV_ROWS · GEMV_SIMDGROUPS)), k, n).
+// h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s], and for s = k (when
+// p.shared) sh[t, r] from the shared expert's gate and up; each simdgroup computes GEMV_ROWS rows r;
+// grid (ceil(max(inter, shared_inter) / (GEMV_ROWS · GEMV_SIMDGROUPS)), k + shared, n).
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
                         device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
                         device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
                         device const float* x [[buffer(6)]], device const int* ids [[buffer(7)]],
-                        device float* h [[buffer(8)]], constant MoeParams& p [[buffer(9)]],
+                        device float* h [[buffer(8)]], device const uchar* sgw [[buffer(9)]],
+                        device const uchar* sgs [[buffer(10)]], device const uchar* sgb [[buffer(11)]],
+                        device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
+                        device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
+                        constant MoeParams& p [[buffer(16)]],
                         uint3 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]]) {
   const uint row0 = (group.x * GEMV_SIMDGROUPS + sg) * GEMV_ROWS;
   const uint s = group.y, t = group.z;
-  if (row0 >= p.inter) return;
-  const uint count = min(GEMV_ROWS, p.inter - row0);
-  const uint e = uint(ids[ulong(t) * p.k + s]);
+  const bool shared = s == p.k;
+  const uint rows = shared ? p.shared_inter : p.inter;
+  if (row0 >= rows) return;
+  const uint count = min(GEMV_ROWS, rows - row0);
   device const float* xt = x + ulong(t) * p.hidden;
   const bool vec = p.x_vec4 != 0u;
   float g[GEMV_ROWS], u[GEMV_ROWS];
-  rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e), gb + expert_scale_bytes(p.gate, e),
-           row0, count, xt, vec, lane, g);
-  rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e), row0,
-           count, xt, vec, lane, u);
+  if (shared) {
+    rows_dot(p.sgate, sgw, sgs, sgb, row0, count, xt, vec, lane, g);
+    rows_dot(p.sup, suw, sus, sub, row0, count, xt, vec, lane, u);
+  } else {
+    const uint e = uint(ids[ulong(t) * p.k + s]);
+    rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e), gb + expert_scale_bytes(p.gate, e),
+             row0, count, xt, vec, lane, g);
+    rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e), row0,
+             count, xt, vec, lane, u);
+  }
+  device float* dst = shared ? sh + ulong(t) * p.shared_inter : h + (ulong(t) * p.k + s) * p.inter;
   for (uint r = 0; r < GEMV_ROWS; ++r) {
     const float gv = simd_sum(g[r]), uv = simd_sum(u[r]);
-    if (lane == 0u && r < count) h[(ulong(t) * p.k + s) * p.inter + row0 + r] = silu(gv) * uv;
+    if (lane == 0u && r < count) dst[row0 + r] = silu(gv) * uv;
   }
 }
 
-// out[t, r] = Σ_s weights[t, s] · (down_e[r] · h[t, s]) for e = ids[t, s]: the down projections and
-// the weighted combine in one pass; each simdgroup computes GEMV_ROWS output rows over all k experts;
+// out[t, r] = Σ_s weights[t, s] · (down_e[r] · h[t, s]) for e = ids[t, s], plus the gated shared expert
+// when p.shared: the down projections and the weighted combine in one pass; each simdgroup computes GEMV_ROWS output rows over all k experts;
 // grid (ceil(hidden / (GEMV_ROWS · GEMV_SIMDGROUPS)), n). Quantized experts are read as one virtual
 // row of k · inter columns (the k rows of h[t] are contiguous), so the loads of all the experts are
 // in flight together rather than one expert after another.
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_down(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                      device const uchar* db [[buffer(2)]], device const float* h [[buffer(3)]],
                      device const int* ids [[buffer(4)]], device const float* weights [[buffer(5)]],
-                     device float* out [[buffer(6)]], constant MoeParams& p [[buffer(7)]],
+                     device float* out [[buffer(6)]], device const uchar* sdw [[buffer(7)]],
+                     device const uchar* sds [[buffer(8)]], device const uchar* sdb [[buffer(9)]],
+                     device const float* sh [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
+                     constant MoeParams& p [[buffer(12)]],
                      uint2 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]],
                      uint threads [[threads_per_threadgroup]]) {
@@ -183,6 +199,12 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
                row0, count, ht + ulong(s) * p.inter, p.h_vec4 != 0u, lane, part);
       for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += slot_weight[s] * part[r];
     }
+  }
+  if (p.shared != 0u) {  // the gated shared expert, weighted per lane like the routed ones
+    float part[GEMV_ROWS];
+    rows_dot(p.sdown, sdw, sds, sdb, row0, count, sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u, lane, part);
+    const float ws = p.shared_scale * sigmoid(gate_logit[t]);
+    for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += ws * part[r];
   }
   for (uint r = 0; r < GEMV_ROWS; ++r) {
     const float v = simd_sum(acc[r]);

@@ -88,17 +88,26 @@ struct EmbedParams {
   uint n;
 };
 
-// MoE experts of one token row: h[t, s] = silu(gate_e · x) * (up_e · x), out[t] = Σ_s weight · down_e · h.
+// MoE experts of one token row: h[t, s] = silu(gate_e · x) * (up_e · x), out[t] = Σ_s weight · down_e · h,
+// plus, when `shared`, the gated shared expert: shared_scale · sigmoid(gate_logit[t]) · sdown · sh[t]
+// with sh[t] = silu(sgate · x) * (sup · x) (computed as slot k of moe_gate_up).
 struct MoeParams {
   WeightDesc gate;
   WeightDesc up;
   WeightDesc down;
+  WeightDesc sgate;
+  WeightDesc sup;
+  WeightDesc sdown;
   uint n;
   uint k;
   uint hidden;
   uint inter;
   uint x_vec4;  // x is 16-byte aligned
   uint h_vec4;  // the intermediate rows are 16-byte aligned
+  uint shared;
+  uint shared_inter;
+  float shared_scale;
+  uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
 };
 
 struct RouteParams {
@@ -175,12 +184,6 @@ struct ElementwiseParams {
   uint count;
   float scale;
   uint value;  // fill: the 32-bit pattern
-};
-
-struct AddGatedParams {
-  uint n;
-  uint dim;
-  float scale;
 };
 
 // Arg-max in two passes: `parts` slices of `part_len` logits per row, then one pass over the slices.

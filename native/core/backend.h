@@ -133,13 +133,19 @@ class Backend {
   // computed without the bias), a finite value is added to the logit. probs receives the probabilities.
   virtual void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
                      View probs) = 0;
-  // out[t] = Σ_slots weight · down_e(silu(gate_e(x)) * up_e(x)) for the chosen experts
+  // The gated shared expert of a MoE layer, which moe_experts adds to its output: for each row t,
+  // scale · sigmoid(gate_logit[t]) · down(silu(gate · x[t]) * (up · x[t])).
+  struct SharedExpert {
+    const Weight* gate = nullptr;  // null: none (or removed by an intervention)
+    const Weight* up = nullptr;
+    const Weight* down = nullptr;
+    View gate_logit;  // [n]
+    float scale = 1.0f;
+  };
+  // out[t] = Σ_slots weight · down_e(silu(gate_e(x)) * up_e(x)) for the chosen experts, plus the shared
+  // expert (one call, so that a GPU runs it inside the expert kernels)
   virtual void moe_experts(const Weight& gate, const Weight& up, const Weight& down, View x, View ids, View weights,
-                           int n, int k, View out) = 0;
-  // out = silu(gate) * up
-  virtual void swiglu(View gate, View up, size_t count, View out) = 0;
-  // acc[t] += scale * sigmoid(gate_logit[t]) * y[t], rows of `dim`
-  virtual void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) = 0;
+                           int n, int k, View out, const SharedExpert& shared) = 0;
 
   // Greedy decoding without a read-back: ids[r] = the index of the largest value of logits row r
   // (the first of equal ones; NaNs never win).

@@ -12,7 +12,7 @@ namespace moelens {
 struct Session::Scratch {
   int rows = 0;
   std::unique_ptr<Buffer> ids, h, x, mix, qkv, qkv_conv, z, b, a, core, qg, q, gate, k, v, attn, router_logits,
-      router_bias, route_ids, route_weights, routed, shared_g, shared_u, shared_out, shared_gate, logits;
+      router_bias, route_ids, route_weights, routed, shared_gate, logits;
   // trace buffers [layers, rows, ...], grown on demand
   std::unique_ptr<Buffer> t_router_logits, t_router_probs, t_router_ids, t_router_weights, t_shared_gate, t_residual,
       t_residual_mid, t_dn_beta, t_dn_decay, t_dn_norm, t_attn_gate, attn_probs;
@@ -44,7 +44,7 @@ size_t Session::memory_bytes() const {
     const Scratch& s = *scratch_;
     for (const auto* b : {&s.ids, &s.h, &s.x, &s.mix, &s.qkv, &s.qkv_conv, &s.z, &s.b, &s.a, &s.core, &s.qg, &s.q, &s.gate,
                           &s.k, &s.v, &s.attn, &s.router_logits, &s.router_bias, &s.route_ids, &s.route_weights, &s.routed,
-                          &s.shared_g, &s.shared_u, &s.shared_out, &s.shared_gate, &s.logits, &s.t_router_logits,
+                          &s.shared_gate, &s.logits, &s.t_router_logits,
                           &s.t_router_probs, &s.t_router_ids, &s.t_router_weights, &s.t_shared_gate, &s.t_residual,
                           &s.t_residual_mid, &s.t_dn_beta, &s.t_dn_decay, &s.t_dn_norm, &s.t_attn_gate, &s.attn_probs})
       add(*b);
@@ -141,9 +141,6 @@ Session::Scratch& Session::scratch(int m) {
   s->route_ids = be_.alloc(ElemType::I32, size_t(m) * c.experts_per_token);
   s->route_weights = f(size_t(c.experts_per_token));
   s->routed = f(H);
-  s->shared_g = f(size_t(c.shared_intermediate));
-  s->shared_u = f(size_t(c.shared_intermediate));
-  s->shared_out = f(H);
   s->shared_gate = f(1);
   scratch_ = std::move(s);
   return *scratch_;
@@ -448,18 +445,14 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
 
     // Mixture of experts with the gated shared expert.
     be_.rms_norm(s.h, W.post_norm, m, H, c.rms_norm_eps, s.x);
-    // The router, the shared expert's projections and its gate all read the same normed input.
-    be_.matmul_group({{W.router.get(), s.router_logits},
-                      {W.shared_gate.get(), s.shared_g},
-                      {W.shared_up.get(), s.shared_u},
-                      {W.shared_expert_gate.get(), s.shared_gate}},
-                     s.x, m);
+    // The router and the shared expert's gate read the same input (the shared expert runs in moe_experts).
+    be_.matmul_group({{W.router.get(), s.router_logits}, {W.shared_expert_gate.get(), s.shared_gate}}, s.x, m);
     View probs_out = cap.router ? View(s.t_router_probs, size_t(l) * m * E) : View();
     be_.route(s.router_logits, router_bias, m, E, K, c.norm_topk_prob, s.route_ids, s.route_weights, probs_out);
-    be_.moe_experts(*W.gate, *W.up, *W.down, s.x, s.route_ids, s.route_weights, m, K, s.routed);
-    be_.swiglu(s.shared_g, s.shared_u, size_t(m) * c.shared_intermediate, s.shared_g);
-    be_.matmul(*W.shared_down, s.shared_g, m, s.shared_out);
-    if (shared_scale != 0.f) be_.add_gated(s.routed, s.shared_out, s.shared_gate, m, H, shared_scale);
+    Backend::SharedExpert shared;  // removed by an intervention when its scale is 0
+    if (shared_scale != 0.f)
+      shared = {W.shared_gate.get(), W.shared_up.get(), W.shared_down.get(), View(s.shared_gate), shared_scale};
+    be_.moe_experts(*W.gate, *W.up, *W.down, s.x, s.route_ids, s.route_weights, m, K, s.routed, shared);
     be_.add(s.h, s.routed, size_t(m) * H);
 
     // Residual-stream edits after this layer.

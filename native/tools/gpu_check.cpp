@@ -253,25 +253,14 @@ std::vector<Case> cases() {
       be->add(V(a, 3), V(b, 5), n - 10, 0.5f);
       be->scale(V(b), -1.25f, n);
       be->sigmoid_mul(V(a), V(g), n);
-      be->swiglu(V(g), V(b), n, V(g));  // out aliases gate, as the session does
       be->copy(V(out, 8), V(src), n);
       be->fill(V(out), 2.5f, 8);
       be->fill(V(ints, 4), 0.0f, 30);
     }
     c.expect_close("add/sigmoid_mul", a, n, 1e-6f);
     c.expect_close("scale", b, n, 1e-6f);
-    c.expect_close("swiglu", g, n, 1e-6f);
     c.expect_close("copy/fill", out, n + 8, 0.0f);
     c.expect_equal_ints("fill of an int buffer", ints, 40);
-  });
-
-  add("add_gated", [](Ctx& c) {
-    c.shape = "3x50";
-    const int n = 3, dim = 50;
-    Pair acc = c.floats(c.rng.normals(n * dim)), y = c.floats(c.rng.normals(n * dim)), gl = c.floats(c.rng.normals(n));
-    c.cpu.add_gated(View(acc.cpu.get()), View(y.cpu.get()), View(gl.cpu.get()), n, dim, 0.7f);
-    c.gpu.add_gated(View(acc.gpu.get()), View(y.gpu.get()), View(gl.gpu.get()), n, dim, 0.7f);
-    c.expect_close("add_gated", acc, n * dim, 1e-6f);
   });
 
   struct MatmulShape {
@@ -448,22 +437,31 @@ std::vector<Case> cases() {
 
   for (std::string fmt : {"q4", "q8", "bf16"})
     for (int n : {1, 3})
-      add("moe_experts " + fmt + " n" + std::to_string(n), [fmt, n](Ctx& c) {
-        c.shape = "6 experts 128x64 top-3";
-        const int E = 6, H = 128, I = 64, K = 3;
-        HostWeight g(c.rng, fmt, I, H, E), u(c.rng, fmt, I, H, E), d(c.rng, fmt, H, I, E, fmt == "q8" ? 32 : 64);
-        WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);
-        std::vector<int32_t> id;
-        std::vector<float> wt;
-        for (int t = 0; t < n; ++t)
-          for (int s = 0; s < K; ++s) id.push_back((t * 2 + s * 3) % E), wt.push_back(c.rng.uniform(0.1f, 0.5f));
-        Pair ids = c.ints(id), w = c.floats(wt), x = c.floats(c.rng.normals(size_t(n) * H)), out = c.zeros(size_t(n) * H);
-        c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
-                          View(out.cpu.get()));
-        c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
-                          View(out.gpu.get()));
-        c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
-      });
+      for (bool with_shared : {false, true})
+        add("moe_experts " + fmt + " n" + std::to_string(n) + (with_shared ? " + shared" : ""), [fmt, n, with_shared](Ctx& c) {
+          c.shape = with_shared ? "6 experts 128x64 top-3, shared expert 96 scaled 0.7" : "6 experts 128x64 top-3";
+          const int E = 6, H = 128, I = 64, K = 3, SI = 96;
+          HostWeight g(c.rng, fmt, I, H, E), u(c.rng, fmt, I, H, E), d(c.rng, fmt, H, I, E, fmt == "q8" ? 32 : 64);
+          HostWeight sg(c.rng, fmt, SI, H), su(c.rng, fmt, SI, H), sd(c.rng, fmt, H, SI, 0, 32);
+          WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);
+          WeightPair SG = upload(c, sg), SU = upload(c, su), SD = upload(c, sd);
+          std::vector<int32_t> id;
+          std::vector<float> wt;
+          for (int t = 0; t < n; ++t)
+            for (int s = 0; s < K; ++s) id.push_back((t * 2 + s * 3) % E), wt.push_back(c.rng.uniform(0.1f, 0.5f));
+          Pair ids = c.ints(id), w = c.floats(wt), x = c.floats(c.rng.normals(size_t(n) * H)), out = c.zeros(size_t(n) * H);
+          Pair gl = c.floats(c.rng.normals(n));
+          Backend::SharedExpert shc, shg;
+          if (with_shared) {
+            shc = {SG.cpu.get(), SU.cpu.get(), SD.cpu.get(), View(gl.cpu.get()), 0.7f};
+            shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
+          }
+          c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
+                            View(out.cpu.get()), shc);
+          c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
+                            View(out.gpu.get()), shg);
+          c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
+        });
 
   add("argmax", [](Ctx& c) {
     // 5000 logits: three slices of the first pass; ties inside a slice and across slices.

@@ -179,17 +179,6 @@ void CpuBackend::sigmoid_mul(View x, View gate, size_t count) {
   for (size_t i = 0; i < count; ++i) p[i] *= sigmoid(g[i]);
 }
 
-void CpuBackend::swiglu(View gate, View up, size_t count, View out) {
-  const float* g = f32(gate);
-  const float* u = f32(up);
-  float* o = f32(out);
-  for (size_t i = 0; i < count; ++i) o[i] = silu(g[i]) * u[i];
-}
-
-void CpuBackend::add_gated(View acc, View y, View gate_logit, int n, int dim, float s) {
-  for (int t = 0; t < n; ++t) axpy(s * sigmoid(f32(gate_logit)[t]), f32(y) + size_t(t) * dim, f32(acc) + size_t(t) * dim, dim);
-}
-
 void CpuBackend::argmax(View logits, int rows, int vocab, View ids) {
   for (int r = 0; r < rows; ++r) {
     const float* v = f32(logits) + size_t(r) * vocab;
@@ -276,22 +265,43 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   });
 }
 
+void CpuBackend::add_shared_expert(const SharedExpert& sh, const float* x, int n, float* out) {
+  const LinearWeight& G = static_cast<const CpuWeight&>(*sh.gate).w;
+  const LinearWeight& U = static_cast<const CpuWeight&>(*sh.up).w;
+  const LinearWeight& D = static_cast<const CpuWeight&>(*sh.down).w;
+  const int64_t H = D.rows, I = G.rows;
+  shared_g_.resize(size_t(n) * I);
+  shared_u_.resize(size_t(n) * I);
+  shared_y_.resize(size_t(n) * H);
+  linear(G, 0, x, n, shared_g_.data());
+  linear(U, 0, x, n, shared_u_.data());
+  for (size_t i = 0; i < shared_g_.size(); ++i) shared_g_[i] = silu(shared_g_[i]) * shared_u_[i];
+  linear(D, 0, shared_g_.data(), n, shared_y_.data());
+  for (int t = 0; t < n; ++t) axpy(sh.scale * sigmoid(f32(sh.gate_logit)[t]), &shared_y_[size_t(t) * H], out + size_t(t) * H, H);
+}
+
 void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
-                             View weights, int n, int k, View out) {
+                             View weights, int n, int k, View out, const SharedExpert& shared) {
   const LinearWeight& G = static_cast<const CpuWeight&>(gate_w).w;
   const LinearWeight& U = static_cast<const CpuWeight&>(up_w).w;
   const LinearWeight& D = static_cast<const CpuWeight&>(down_w).w;
-  const int64_t H = G.cols, I = G.rows;
   const float* xs = f32(x);
   float* o = f32(out);
-  if (n == 1) return moe_experts_one_token(G, U, D, xs, i32(ids), f32(weights), k, o);
+  if (n == 1) moe_experts_one_token(G, U, D, xs, i32(ids), f32(weights), k, o);
+  else moe_experts_grouped(G, U, D, xs, i32(ids), f32(weights), n, k, o);
+  if (shared.gate) add_shared_expert(shared, xs, n, o);
+}
+
+void CpuBackend::moe_experts_grouped(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* xs,
+                                     const int32_t* ids, const float* weights, int n, int k, float* o) {
+  const int64_t H = G.cols, I = G.rows;
   std::fill_n(o, size_t(n) * H, 0.f);
   // Group the (token, slot) pairs by expert so that each expert's weights are read once per call.
   std::vector<std::vector<std::pair<int, float>>> by_expert(size_t(G.experts));
   for (int t = 0; t < n; ++t)
     for (int s = 0; s < k; ++s) {
-      int e = i32(ids)[size_t(t) * k + s];
-      by_expert[size_t(e)].push_back({t, f32(weights)[size_t(t) * k + s]});
+      int e = ids[size_t(t) * k + s];
+      by_expert[size_t(e)].push_back({t, weights[size_t(t) * k + s]});
     }
   std::vector<float> xin, g, u, y;
   Int8Input xin8;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "../../core/backend.h"
 #include "int8.h"
@@ -67,9 +68,7 @@ class CpuBackend final : public Backend {
   void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
              View probs) override;
   void moe_experts(const Weight& gate, const Weight& up, const Weight& down, View x, View ids, View weights, int n,
-                   int k, View out) override;
-  void swiglu(View gate, View up, size_t count, View out) override;
-  void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) override;
+                   int k, View out, const SharedExpert& shared) override;
   void argmax(View logits, int rows, int vocab, View ids) override;
 
  private:
@@ -80,11 +79,17 @@ class CpuBackend final : public Backend {
   int planes() const { return cpu::activation_planes(precision_); }
   void quantize(const LinearWeight& w, const float* x, int n, cpu::Int8Input* in);
   void linear_int8(const LinearWeight& w, int64_t expert, const cpu::Int8Input& in, float* y);
+  // Several tokens: the (token, slot) pairs grouped by expert, so each expert's weights are read once.
+  void moe_experts_grouped(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
+                           const int32_t* ids, const float* weights, int n, int k, float* out);
   // One token through its k experts with two parallel loops (gate/up rows, then down rows).
   void moe_experts_one_token(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
                              const int32_t* ids, const float* weights, int k, float* out);
+  // out[t] += scale · sigmoid(gate_logit[t]) · shared expert(x[t]), in fp32 rows.
+  void add_shared_expert(const SharedExpert& shared, const float* x, int n, float* out);
   ThreadPool pool_;
   cpu::Precision precision_;
+  std::vector<float> shared_g_, shared_u_, shared_y_;  // the shared expert's work rows, reused
 };
 
 // Iterations per parallel chunk so that each chunk carries at least ~32K multiply-adds: below that,

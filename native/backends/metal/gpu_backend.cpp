@@ -100,6 +100,7 @@ GpuBackend::~GpuBackend() {
   }
   dummy_.reset();
   moe_h_.reset();
+  moe_shared_h_.reset();
   attn_ml_.reset();
   attn_o_.reset();
   attn_lse_.reset();
@@ -437,21 +438,6 @@ void GpuBackend::sigmoid_mul(View x, View gate, size_t count) {
       .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
 }
 
-void GpuBackend::swiglu(View gate, View up, size_t count, View out) {
-  auto lock = enter();
-  shader::ElementwiseParams p{u32(count, "size"), 0.f, 0u};
-  Call(*this, k::swiglu::id).buf(k::swiglu::gate, gate).buf(k::swiglu::up, up).buf(k::swiglu::out, out)
-      .params(k::swiglu::p, p).grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
-}
-
-void GpuBackend::add_gated(View acc, View y, View gate_logit, int n, int dim, float s) {
-  auto lock = enter();
-  shader::AddGatedParams p{u32(size_t(n), "tokens"), u32(size_t(dim), "dim"), s};
-  namespace g = k::add_gated;
-  Call(*this, g::id).buf(g::acc, acc).buf(g::y, y).buf(g::gate_logit, gate_logit).params(g::p, p)
-      .grid(ceil_div(size_t(n) * size_t(dim), ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
-}
-
 void GpuBackend::argmax(View logits, int rows, int vocab, View ids) {
   auto lock = enter();
   const uint32_t parts = ceil_div(size_t(vocab), ARGMAX_PART_LEN);
@@ -481,23 +467,45 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
 }
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
-                             View weights, int n, int top_k, View out) {
+                             View weights, int n, int top_k, View out, const SharedExpert& shared) {
   auto lock = enter();
   const auto& G = static_cast<const GpuWeight&>(gate_w);
   const auto& U = static_cast<const GpuWeight&>(up_w);
   const auto& D = static_cast<const GpuWeight&>(down_w);
   if (!G.experts || !U.experts || !D.experts) fail("gpu backend: moe_experts needs expert stacks");
-  shader::MoeParams p{G.desc, U.desc, D.desc, u32(size_t(n), "tokens"), uint32_t(top_k), G.desc.cols, G.desc.rows,
-                      x.offset % 4 == 0 && G.desc.cols % 4 == 0 ? 1u : 0u, G.desc.rows % 4 == 0 ? 1u : 0u};
+  if (top_k > int(ROUTER_MAX_K)) fail("gpu backend: ", top_k, " experts per token (the expert kernels take ", ROUTER_MAX_K, ")");
+  shader::MoeParams p{};
+  p.gate = G.desc, p.up = U.desc, p.down = D.desc;
+  p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.hidden = G.desc.cols, p.inter = G.desc.rows;
+  p.x_vec4 = x.offset % 4 == 0 && G.desc.cols % 4 == 0 ? 1u : 0u;
+  p.h_vec4 = G.desc.rows % 4 == 0 ? 1u : 0u;
+  const GpuWeight *SG = nullptr, *SU = nullptr, *SD = nullptr;
+  if (shared.gate) {
+    SG = &static_cast<const GpuWeight&>(*shared.gate);
+    SU = &static_cast<const GpuWeight&>(*shared.up);
+    SD = &static_cast<const GpuWeight&>(*shared.down);
+    p.sgate = SG->desc, p.sup = SU->desc, p.sdown = SD->desc;
+    p.shared = 1u, p.shared_inter = SG->desc.rows, p.shared_scale = shared.scale;
+    p.sh_vec4 = SG->desc.rows % 4 == 0 ? 1u : 0u;
+  }
   scratch(moe_h_, size_t(n) * size_t(top_k) * p.inter);
+  scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * p.shared_inter));
+  auto data = [](const GpuWeight* w) { return w ? w->data.get() : nullptr; };
+  auto scales = [](const GpuWeight* w) { return w ? w->scales.get() : nullptr; };
+  auto biases = [](const GpuWeight* w) { return w ? w->biases.get() : nullptr; };
   namespace gu = k::moe_gate_up;
   Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get()).buf(gu::x, x)
-      .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).params(gu::p, p)
-      .grid(ceil_div(p.inter, GEMV_ROWS * GEMV_SIMDGROUPS), p.k, p.n).threads(GEMV_THREADS).run();
+      .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).buf(gu::sgw, data(SG)).buf(gu::sgs, scales(SG))
+      .buf(gu::sgb, biases(SG)).buf(gu::suw, data(SU)).buf(gu::sus, scales(SU)).buf(gu::sub, biases(SU))
+      .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
+      .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS), p.k + p.shared, p.n)
+      .threads(GEMV_THREADS).run();
   namespace dn = k::moe_down;
   Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
-      .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out).params(dn::p, p)
+      .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out)
+      .buf(dn::sdw, data(SD)).buf(dn::sds, scales(SD)).buf(dn::sdb, biases(SD)).buf(dn::sh, moe_shared_h_.get())
+      .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).params(dn::p, p)
       .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS), p.n).threads(GEMV_THREADS).run();
 }
 

@@ -76,9 +76,7 @@ class GpuBackend final : public Backend {
   void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
              View probs) override;
   void moe_experts(const Weight& gate, const Weight& up, const Weight& down, View x, View ids, View weights, int n,
-                   int k, View out) override;
-  void swiglu(View gate, View up, size_t count, View out) override;
-  void add_gated(View acc, View y, View gate_logit, int n, int dim, float scale) override;
+                   int k, View out, const SharedExpert& shared) override;
   void argmax(View logits, int rows, int vocab, View ids) override;
 
   // Kernel launches recorded since this backend was made, in all and by kernels::Id (for reports:
@@ -104,7 +102,7 @@ class GpuBackend final : public Backend {
   std::vector<DeviceBuffer*> graveyard_;       // freed while pending; destroyed after the finish
   std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
   // internal scratch, grown on demand
-  std::unique_ptr<GpuBuffer> moe_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
+  std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {
