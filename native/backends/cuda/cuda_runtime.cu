@@ -159,7 +159,8 @@ class CudaRuntime final : public Runtime {
       g = nullptr;
     }
     if (!g) g = &build_graph();
-    g->last_use = ++graph_launches_;
+    g->last_use = ++uses_;
+    ++graph_launches_;
     check(cudaEventRecord(event(2 * graph_launches_pending_), stream_), "event");
     check(cudaGraphLaunch(g->exec, stream_), "graph launch");
     check(cudaEventRecord(event(2 * graph_launches_pending_ + 1), stream_), "event");
@@ -307,6 +308,7 @@ class CudaRuntime final : public Runtime {
   std::vector<int> timed_;           // profiled kernels awaiting their times
   size_t graph_launches_pending_ = 0;
   uint64_t launched_ = 0, graph_launches_ = 0, builds_ = 0, node_updates_ = 0;
+  uint64_t uses_ = 0;  // submissions ever, for least-recently-used eviction (not reset with the stats)
   double host_submit_s_ = 0, graph_gpu_ms_ = 0;
   double kernel_ms_[kernels::kCount] = {};
   uint64_t kernel_count_[kernels::kCount] = {};
