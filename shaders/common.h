@@ -51,6 +51,13 @@ inline void load_x4(device const float* x, uint col, bool vec, thread float& a, 
   }
 }
 
+// Σ q·x over one 4-byte word of quantized weights: 8 nibbles against a..h (q4), or 4 bytes against a..d.
+inline float word_dot(bool q4, uint v, float a, float b, float c, float d, float e, float f, float g, float h) {
+  return q4 ? unpack(v, 0u, 15u) * a + unpack(v, 4u, 15u) * b + unpack(v, 8u, 15u) * c + unpack(v, 12u, 15u) * d +
+                  unpack(v, 16u, 15u) * e + unpack(v, 20u, 15u) * f + unpack(v, 24u, 15u) * g + unpack(v, 28u, 15u) * h
+            : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c + unpack(v, 24u, 255u) * d;
+}
+
 // acc[r] = this lane's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one matrix
 // or expert, `data`, `scales` and `biases` pointing at it), by the 32 lanes of one simdgroup; the
 // caller sums the lanes (simd_sum). Lane l takes 4-byte words l, l + 32, ... of every row, so each
@@ -89,11 +96,7 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
         const float xs = q4 ? ((a + b) + (c + d)) + ((e + f) + (g + h)) : (a + b) + (c + d);
         for (uint r = 0; r < GEMV_ROWS; ++r) {
           const uint v = q[u][r];
-          const float qx = q4 ? unpack(v, 0u, 15u) * a + unpack(v, 4u, 15u) * b + unpack(v, 8u, 15u) * c +
-                                    unpack(v, 12u, 15u) * d + unpack(v, 16u, 15u) * e + unpack(v, 20u, 15u) * f +
-                                    unpack(v, 24u, 15u) * g + unpack(v, 28u, 15u) * h
-                              : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c +
-                                    unpack(v, 24u, 255u) * d;
+          const float qx = word_dot(q4, v, a, b, c, d, e, f, g, h);
           acc[r] += in ? sc[u][r] * qx + bi[u][r] * xs : 0.0f;
         }
       }

@@ -182,11 +182,7 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
         const float xs = q4 ? ((a + b) + (c + d)) + ((e + f) + (g + hh)) : (a + b) + (c + d);
         for (uint r = 0; r < GEMV_ROWS; ++r) {
           const uint v = q[u][r];
-          const float qx = q4 ? unpack(v, 0u, 15u) * a + unpack(v, 4u, 15u) * b + unpack(v, 8u, 15u) * c +
-                                    unpack(v, 12u, 15u) * d + unpack(v, 16u, 15u) * e + unpack(v, 20u, 15u) * f +
-                                    unpack(v, 24u, 15u) * g + unpack(v, 28u, 15u) * hh
-                              : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c +
-                                    unpack(v, 24u, 255u) * d;
+          const float qx = word_dot(q4, v, a, b, c, d, e, f, g, hh);
           acc[r] += ws[u] * (sc[u][r] * qx + bi[u][r] * xs);  // ws is 0 past the end
         }
       }

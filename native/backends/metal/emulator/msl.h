@@ -16,6 +16,7 @@
 #include <functional>
 #include <type_traits>
 
+#include "../../../core/dtype.h"
 #include "../launch.h"
 
 typedef unsigned int uint;
@@ -50,26 +51,7 @@ struct half {
   half(float f) : bits(from_float(f)) {}
   explicit operator float() const { return to_float(bits); }
 
-  static float to_float(uint16_t h) {
-    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-    if (exp == 0) {
-      if (man == 0) {
-        u = sign;
-      } else {
-        exp = 127 - 15 + 1;
-        while ((man & 0x400u) == 0) { man <<= 1; --exp; }
-        u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
-      }
-    } else if (exp == 31) {
-      u = sign | 0x7f800000u | (man << 13);
-    } else {
-      u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
+  static float to_float(uint16_t h) { return moelens::f16_to_f32(h); }
   static uint16_t from_float(float f) {  // round to nearest even
     uint32_t u;
     std::memcpy(&u, &f, 4);
