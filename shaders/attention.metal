@@ -122,11 +122,13 @@ using namespace metal;
   }
 }
 
-// out[t0 + t, h] = Σ_c e^(m_c − M)·o_c / Σ_c e^(m_c − M)·l_c, and lse[t, h] = M + log Σ_c e^(m_c − M)·l_c
-// (for attention_probs); one threadgroup per (head, token): grid (heads, n).
+// out[t0 + t, h] = Σ_c e^(m_c − M)·o_c / Σ_c e^(m_c − M)·l_c, times sigmoid(gate) when p.gated (the
+// output gate), and lse[t, h] = M + log Σ_c e^(m_c − M)·l_c (for attention_probs); one threadgroup per
+// (head, token): grid (heads, n).
 [[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_combine(device const float* part_ml [[buffer(0)]], device const float* part_o [[buffer(1)]],
                               device float* out [[buffer(2)]], device float* lse [[buffer(3)]],
-                              constant AttentionParams& p [[buffer(4)]], uint2 group [[threadgroup_position_in_grid]],
+                              device const float* gate [[buffer(4)]],
+                              constant AttentionParams& p [[buffer(5)]], uint2 group [[threadgroup_position_in_grid]],
                               uint tid [[thread_index_in_threadgroup]], uint threads [[threads_per_threadgroup]]) {
   const uint h = group.x, t = group.y, D = p.head_dim;
   const ulong base = (ulong(t) * p.heads + h) * p.chunks;
@@ -143,7 +145,8 @@ using namespace metal;
       const float m = part_ml[(base + c) * 2u];
       if (m != -INFINITY) acc += exp(m - M) * part_o[(base + c) * D + d];
     }
-    out[(ulong(p.t0 + t) * p.heads + h) * D + d] = acc / L;
+    const ulong at = (ulong(p.t0 + t) * p.heads + h) * D + d;
+    out[at] = p.gated != 0u ? acc / L * sigmoid(gate[at]) : acc / L;
   }
   if (tid == 0u) lse[ulong(t) * p.heads + h] = M + log(L);
 }

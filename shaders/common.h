@@ -58,28 +58,29 @@ inline float word_dot(bool q4, uint v, float a, float b, float c, float d, float
             : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c + unpack(v, 24u, 255u) * d;
 }
 
-// acc[r] = this lane's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one matrix
-// or expert, `data`, `scales` and `biases` pointing at it), by the 32 lanes of one simdgroup; the
-// caller sums the lanes (simd_sum). Lane l takes 4-byte words l, l + 32, ... of every row, so each
-// row load of the simdgroup is 128 contiguous bytes; GEMV_UNROLL words per row are loaded before any
+// acc[r] = this simdgroup's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one
+// matrix or expert, `data`, `scales` and `biases` pointing at it); the caller sums the lanes
+// (simd_sum) and, when `parts` simdgroups share the rows (split-K), the parts. Lane l of part p takes
+// 4-byte words 32p + l, then 32·parts further, of every row, so each row load of the simdgroup is
+// 128 contiguous bytes; GEMV_UNROLL words per row are loaded before any
 // is used (loads in flight are what a GEMV needs; bench/gpu/gemv-variants.cu measured the choices),
 // and the x values of a word serve all the rows. A quantized word lies inside one group (group sizes
 // are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. `vec`: x is 16-byte aligned.
 inline void rows_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
                      device const uchar* biases, uint row0, uint count, device const float* x, bool vec, uint lane,
-                     thread float* acc) {
+                     uint part, uint parts, thread float* acc) {
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   const uint words = w.row_bytes / 4u;
   const bool q4 = w.format == WEIGHT_Q4;
   if (q4 || w.format == WEIGHT_Q8) {
     const uint per_word = q4 ? 8u : 4u;
-    for (uint w0 = lane; w0 < words; w0 += 32u * GEMV_UNROLL) {
+    for (uint w0 = 32u * part + lane; w0 < words; w0 += 32u * parts * GEMV_UNROLL) {
       // Loads first, all unconditional (clamped to the last word and the last row; what they add is
       // masked), then the arithmetic.
       uint q[GEMV_UNROLL][GEMV_ROWS];
       float sc[GEMV_UNROLL][GEMV_ROWS], bi[GEMV_UNROLL][GEMV_ROWS];
       for (uint u = 0; u < GEMV_UNROLL; ++u) {
-        const uint wi = min(w0 + 32u * u, words - 1u), group = wi >> w.group_shift;
+        const uint wi = min(w0 + 32u * parts * u, words - 1u), group = wi >> w.group_shift;
         for (uint r = 0; r < GEMV_ROWS; ++r) {
           const ulong row = ulong(row0 + min(r, count - 1u));
           q[u][r] = ((device const uint*)(data + row * w.row_bytes))[wi];
@@ -88,8 +89,8 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
         }
       }
       for (uint u = 0; u < GEMV_UNROLL; ++u) {
-        const uint wi = min(w0 + 32u * u, words - 1u);
-        const bool in = w0 + 32u * u < words;
+        const uint wi = min(w0 + 32u * parts * u, words - 1u);
+        const bool in = w0 + 32u * parts * u < words;
         float a, b, c, d, e, f, g, h;
         load_x4(x, per_word * wi, vec, a, b, c, d);
         load_x4(x, q4 ? 8u * wi + 4u : per_word * wi, vec, e, f, g, h);  // Q8: a harmless reload
@@ -102,14 +103,14 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
       }
     }
   } else if (w.format == WEIGHT_F32) {
-    for (uint wi = lane; wi < words; wi += 32u) {
+    for (uint wi = 32u * part + lane; wi < words; wi += 32u * parts) {
       const float a = x[wi];
       for (uint r = 0; r < GEMV_ROWS; ++r)
         if (r < count) acc[r] += ((device const float*)(data + ulong(row0 + r) * w.row_bytes))[wi] * a;
     }
   } else {  // bf16 or f16: two weights per word
     const bool bf = w.format == WEIGHT_BF16;
-    for (uint wi = lane; wi < words; wi += 32u) {
+    for (uint wi = 32u * part + lane; wi < words; wi += 32u * parts) {
       const float a = x[2u * wi], b = x[2u * wi + 1u];
       for (uint r = 0; r < GEMV_ROWS; ++r) {
         if (r < count) {

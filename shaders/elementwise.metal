@@ -28,12 +28,6 @@ using namespace metal;
   if (i < p.count) dst[i] = src[i];
 }
 
-// x *= sigmoid(gate)  (the attention output gate)
-[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void sigmoid_mul(device float* x [[buffer(0)]], device const float* gate [[buffer(1)]],
-                        constant ElementwiseParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
-  if (i < p.count) x[i] *= sigmoid(gate[i]);
-}
-
 // out[t, c] = table[ids[t], c], dequantized; grid (columns / threads, tokens)
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void embed(device const uchar* data [[buffer(0)]], device const uchar* scales [[buffer(1)]],
                   device const uchar* biases [[buffer(2)]], device const int* ids [[buffer(3)]],

@@ -4,22 +4,11 @@
 using namespace metal;
 #include "common.h"
 
-// Rows GEMV_ROWS·block .. of out[t] = W · x[t], by one simdgroup.
-inline void gemv_block(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
-                       device const uchar* biases, device float* out, uint block, uint t, device const float* x,
-                       bool vec, uint lane) {
-  const uint row0 = block * GEMV_ROWS, count = min(GEMV_ROWS, w.rows - row0);
-  float acc[GEMV_ROWS];
-  rows_dot(w, data, scales, biases, row0, count, x, vec, lane, acc);
-  for (uint r = 0; r < GEMV_ROWS; ++r) {
-    const float v = simd_sum(acc[r]);
-    if (lane == 0u && r < count) out[ulong(t) * w.rows + row0 + r] = v;
-  }
-}
-
 // out_j[t, r] = W_j[r] · x[t] for up to GEMV_MAX_JOBS matrices that read the same input x [n, cols]
-// (fused projections: one launch). Each simdgroup computes a block of GEMV_ROWS rows of one matrix;
-// the blocks of all jobs are numbered consecutively; grid (ceil(total_blocks / GEMV_SIMDGROUPS), n).
+// (fused projections: one launch). The rows of all jobs form blocks of GEMV_ROWS, numbered
+// consecutively; p.split simdgroups share a block (split-K: each takes every p.split-th group of 32
+// words, and the first adds the parts up through threadgroup memory), so that a small matrix still
+// keeps many simdgroups loading; grid (ceil(total_blocks · split / GEMV_SIMDGROUPS), n).
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void gemv(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                  device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
                  device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
@@ -31,17 +20,44 @@ inline void gemv_block(constant WeightDesc& w, device const uchar* data, device 
                  device const float* x [[buffer(16)]], constant GemvParams& p [[buffer(17)]],
                  uint2 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                  uint lane [[thread_index_in_simdgroup]]) {
-  const uint block = group.x * GEMV_SIMDGROUPS + sg;
+  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  const uint parts = p.split, part = sg % parts, block = group.x * (GEMV_SIMDGROUPS / parts) + sg / parts;
   const uint t = group.y;
-  if (block >= p.total_blocks) return;
+  const bool live = block < p.total_blocks;
+  const uint b = min(block, p.total_blocks - 1u);
   // Fields and jobs by constant index: CUDA would copy a by-value parameter array indexed at run time
   // into local memory.
-  const uint j = (p.jobs > 1u && block >= p.first_block[1] ? 1u : 0u) + (p.jobs > 2u && block >= p.first_block[2] ? 1u : 0u) +
-                 (p.jobs > 3u && block >= p.first_block[3] ? 1u : 0u);
+  const uint j = (p.jobs > 1u && b >= p.first_block[1] ? 1u : 0u) + (p.jobs > 2u && b >= p.first_block[2] ? 1u : 0u) +
+                 (p.jobs > 3u && b >= p.first_block[3] ? 1u : 0u);
+  const uint row0 = GEMV_ROWS * (b - (j == 0u ? p.first_block[0] : j == 1u ? p.first_block[1] : j == 2u ? p.first_block[2] : p.first_block[3]));
+  const uint rows = j == 0u ? p.w[0].rows : j == 1u ? p.w[1].rows : j == 2u ? p.w[2].rows : p.w[3].rows;
+  device float* out = (j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3) + ulong(t) * rows;
+  const uint count = live ? min(GEMV_ROWS, rows - row0) : 0u;
   device const float* xt = x + ulong(t) * p.cols;
   const bool vec = p.x_vec4 != 0u;
-  if (j == 0u) gemv_block(p.w[0], w0, s0, b0, out0, block - p.first_block[0], t, xt, vec, lane);
-  else if (j == 1u) gemv_block(p.w[1], w1, s1, b1, out1, block - p.first_block[1], t, xt, vec, lane);
-  else if (j == 2u) gemv_block(p.w[2], w2, s2, b2, out2, block - p.first_block[2], t, xt, vec, lane);
-  else gemv_block(p.w[3], w3, s3, b3, out3, block - p.first_block[3], t, xt, vec, lane);
+  float acc[GEMV_ROWS];
+  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
+  if (live) {
+    if (j == 0u) rows_dot(p.w[0], w0, s0, b0, row0, count, xt, vec, lane, part, parts, acc);
+    else if (j == 1u) rows_dot(p.w[1], w1, s1, b1, row0, count, xt, vec, lane, part, parts, acc);
+    else if (j == 2u) rows_dot(p.w[2], w2, s2, b2, row0, count, xt, vec, lane, part, parts, acc);
+    else rows_dot(p.w[3], w3, s3, b3, row0, count, xt, vec, lane, part, parts, acc);
+  }
+  if (parts == 1u) {
+    for (uint r = 0; r < GEMV_ROWS; ++r) {
+      const float v = simd_sum(acc[r]);
+      if (lane == 0u && r < count) out[row0 + r] = v;
+    }
+    return;
+  }
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const float v = simd_sum(acc[r]);
+    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (part == 0u && lane < count) {
+    float v = 0.0f;
+    for (uint q = 0; q < parts; ++q) v += partial[(sg + q) * GEMV_ROWS + lane];
+    out[row0 + lane] = v;
+  }
 }

@@ -4,92 +4,78 @@
 using namespace metal;
 #include "common.h"
 
-// True when a preferred to b for the top-k: forced first, then higher probability, then lower id.
-inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb) {
-  if (fa != fb) return fa > fb;
-  if (pa != pb) return pa > pb;
-  return ea < eb;
-}
-
-// One simdgroup per token (grid n, 32 threads): lane l holds experts l, l + 32, ... in registers, so
-// the softmax and the k rounds of arg-best are shuffles, with no barriers and no memory round trips.
+// One threadgroup per token, one thread per expert (threads: experts rounded up to 32).
 // probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf forces it
 // into the top-k (its probability is computed without the bias). Bit patterns are compared, so
 // fast-math cannot fold the infinities away.
-[[max_total_threads_per_threadgroup(32)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
+// The top-k is found by rank, not by k sequential rounds: an expert's key orders it (forced first,
+// then probability; probabilities in [0, 1] are non-negative floats, whose bit patterns order like
+// their values and leave bit 30 free for "forced"), lower ids win ties. Each simdgroup ranks its own
+// 32 experts with shuffles; only its best min(k, 32) can be in the top-k (a top-k expert has fewer
+// than k better experts anywhere), so the global rank of a candidate counts the better candidates alone.
+[[max_total_threads_per_threadgroup(ROUTER_MAX_EXPERTS)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
                   device int* ids [[buffer(2)]], device float* weights [[buffer(3)]],
                   device float* probs [[buffer(4)]], constant RouteParams& p [[buffer(5)]],
-                  uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
-  // Loops run to the constant ROUTER_MAX_EXPERTS / 32 (registers need constant indices) and stop at
-  // the slots in use, a uniform branch.
-  const uint E = p.experts, slots = ROUTER_MAX_EXPERTS / 32u, used = (E + 31u) / 32u;
-  device const float* l = logits + ulong(t) * E;
-  device const float* b = bias + ulong(t) * E;
-  float prob[ROUTER_MAX_EXPERTS / 32u];
-  uint forced = 0u, taken = 0u;  // bit i: expert lane + 32 i
-  for (uint i = 0; i < slots; ++i) {  // every slot, so that all are defined (the loads are clamped)
-    const uint e = min(lane + 32u * i, E - 1u);
-    const float bv = p.has_bias != 0u ? b[e] : 0.0f;
-    const uint bits = as_type<uint>(bv);
-    prob[i] = bits == 0xff800000u ? -INFINITY : bits == 0x7f800000u ? l[e] : l[e] + bv;
-    forced |= bits == 0x7f800000u ? 1u << i : 0u;
-    if (lane + 32u * i >= E) prob[i] = -INFINITY, taken |= 1u << i;  // past the experts: never chosen
-  }
-  float mx = -INFINITY;
-  for (uint i = 0; i < slots; ++i) {
-    if (i >= used) break;
-    mx = max(mx, prob[i]);
-  }
-  mx = simd_max(mx);
-  float sum = 0.0f;
-  for (uint i = 0; i < slots; ++i) {
-    if (i >= used) break;
-    prob[i] = prob[i] == -INFINITY ? 0.0f : exp(prob[i] - mx);
-    sum += prob[i];
-  }
-  sum = simd_sum(sum);
-  for (uint i = 0; i < slots; ++i) {
-    if (i >= used) break;
-    prob[i] = sum > 0.0f ? prob[i] / sum : 0.0f;
-    if (p.has_probs != 0u && lane + 32u * i < E) probs[ulong(t) * E + lane + 32u * i] = prob[i];
-  }
+                  uint t [[threadgroup_position_in_grid]], uint e [[thread_index_in_threadgroup]],
+                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                  uint simdgroups [[simdgroups_per_threadgroup]]) {
+  threadgroup float scratch[32];
+  threadgroup uint cand_key[ROUTER_MAX_EXPERTS];
+  threadgroup uint cand_id[ROUTER_MAX_EXPERTS];
+  threadgroup float chosen[ROUTER_MAX_K];
 
-  // k rounds: each lane's best untaken expert, then the best over the simdgroup.
-  float total = 0.0f;
-  for (uint s = 0; s < p.k; ++s) {
-    uint be = 0xffffffffu, bf = 0u;
-    float bp = -1.0f;
-    for (uint i = 0; i < slots; ++i) {
-      if (i >= used) break;
-      const uint e = lane + 32u * i, f = (forced >> i) & 1u;
-      const bool better = ((taken >> i) & 1u) == 0u && (be == 0xffffffffu || route_better(f, prob[i], e, bf, bp, be));
-      be = better ? e : be;
-      bf = better ? f : bf;
-      bp = better ? prob[i] : bp;
+  const uint E = p.experts;
+  const bool live = e < E;
+  const uint ec = min(e, E - 1u);  // clamped: loads stay unconditional
+  const float bv = p.has_bias != 0u ? bias[ulong(t) * E + ec] : 0.0f;
+  const float lv = logits[ulong(t) * E + ec];
+  const uint bits = as_type<uint>(bv);
+  const uint forced = live && bits == 0x7f800000u ? 1u : 0u;
+  const float v = !live || bits == 0xff800000u ? -INFINITY : forced != 0u ? lv : lv + bv;
+  const float mx = threadgroup_max(v, scratch, sg, lane, simdgroups);
+  const float ev = v == -INFINITY ? 0.0f : exp(v - mx);
+  const float sum = threadgroup_sum(ev, scratch, sg, lane, simdgroups);
+  const float prob = sum > 0.0f ? ev / sum : 0.0f;
+  if (p.has_probs != 0u && live) probs[ulong(t) * E + e] = prob;
+
+  // Past the experts: key 0 and a higher id than every expert, so never chosen (k <= experts).
+  const uint key = live ? as_type<uint>(prob) | (forced << 30) : 0u;
+  uint local = 0u;  // experts of this simdgroup better than this one
+  for (uint j = 0; j < 32u; ++j) {
+    const uint other = simd_shuffle(key, ushort(j));
+    local += other > key || (other == key && j < lane) ? 1u : 0u;
+  }
+  const uint per = min(p.k, 32u), candidates = simdgroups * per;
+  if (local < per) {
+    cand_key[sg * per + local] = key;
+    cand_id[sg * per + local] = e;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint rank = p.k;
+  if (local < per) {
+    rank = 0u;
+    for (uint c = 0; c < candidates; ++c) {
+      const uint other = cand_key[c];
+      rank += other > key || (other == key && cand_id[c] < e) ? 1u : 0u;
     }
-    for (uint off = 16u; off > 0u; off >>= 1u) {
-      const uint oe = simd_shuffle_xor(be, off);
-      const uint of = simd_shuffle_xor(bf, off);
-      const float op = simd_shuffle_xor(bp, off);
-      const bool better = oe != 0xffffffffu && (be == 0xffffffffu || route_better(of, op, oe, bf, bp, be));
-      be = better ? oe : be;
-      bf = better ? of : bf;
-      bp = better ? op : bp;
-    }
-    taken |= be % 32u == lane ? 1u << (be / 32u) : 0u;
-    total += bp;
-    if (lane == 0u) {
-      ids[ulong(t) * p.k + s] = int(be);
-      weights[ulong(t) * p.k + s] = bp;  // renormalised below
+    if (rank < p.k) {
+      ids[ulong(t) * p.k + rank] = int(e);
+      chosen[rank] = prob;
     }
   }
-  if (lane == 0u && p.renormalize != 0u && total > 0.0f)
-    for (uint s = 0; s < p.k; ++s) weights[ulong(t) * p.k + s] /= total;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (rank < p.k) {
+    float total = 0.0f;  // in rank order, as the CPU backend sums
+    for (uint s = 0; s < p.k; ++s) total += chosen[s];
+    weights[ulong(t) * p.k + rank] = p.renormalize != 0u && total > 0.0f ? prob / total : prob;
+  }
 }
 
 // h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s], and for s = k (when
-// p.shared) sh[t, r] from the shared expert's gate and up; each simdgroup computes GEMV_ROWS rows r;
-// grid (ceil(max(inter, shared_inter) / (GEMV_ROWS · GEMV_SIMDGROUPS)), k + shared, n).
+// p.shared) sh[t, r] from the shared expert's gate and up. Simdgroups come in pairs: the even one
+// computes GEMV_ROWS rows of gate, the odd one the same rows of up (their loads in flight at once),
+// and the even one combines them through threadgroup memory;
+// grid (ceil(max(inter, shared_inter) / (GEMV_ROWS · GEMV_SIMDGROUPS / 2)), k + shared, n).
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
                         device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
                         device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
@@ -101,37 +87,46 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
                         constant MoeParams& p [[buffer(16)]],
                         uint3 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]]) {
-  const uint row0 = (group.x * GEMV_SIMDGROUPS + sg) * GEMV_ROWS;
+  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  const uint row0 = (group.x * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS;
   const uint s = group.y, t = group.z;
-  const bool shared = s == p.k;
+  const bool shared = s == p.k, up = (sg & 1u) != 0u;
   const uint rows = shared ? p.shared_inter : p.inter;
-  if (row0 >= rows) return;
-  const uint count = min(GEMV_ROWS, rows - row0);
+  const bool live = row0 < rows;
+  const uint count = live ? min(GEMV_ROWS, rows - row0) : 0u;
   device const float* xt = x + ulong(t) * p.hidden;
   const bool vec = p.x_vec4 != 0u;
-  float g[GEMV_ROWS], u[GEMV_ROWS];
-  if (shared) {
-    rows_dot(p.sgate, sgw, sgs, sgb, row0, count, xt, vec, lane, g);
-    rows_dot(p.sup, suw, sus, sub, row0, count, xt, vec, lane, u);
-  } else {
-    const uint e = uint(ids[ulong(t) * p.k + s]);
-    rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e), gb + expert_scale_bytes(p.gate, e),
-             row0, count, xt, vec, lane, g);
-    rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e), row0,
-             count, xt, vec, lane, u);
+  float acc[GEMV_ROWS];
+  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
+  if (live) {
+    if (shared) {
+      if (up) rows_dot(p.sup, suw, sus, sub, row0, count, xt, vec, lane, 0u, 1u, acc);
+      else rows_dot(p.sgate, sgw, sgs, sgb, row0, count, xt, vec, lane, 0u, 1u, acc);
+    } else {
+      const uint e = uint(ids[ulong(t) * p.k + s]);
+      if (up)
+        rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e),
+                 row0, count, xt, vec, lane, 0u, 1u, acc);
+      else
+        rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
+                 gb + expert_scale_bytes(p.gate, e), row0, count, xt, vec, lane, 0u, 1u, acc);
+    }
   }
-  device float* dst = shared ? sh + ulong(t) * p.shared_inter : h + (ulong(t) * p.k + s) * p.inter;
   for (uint r = 0; r < GEMV_ROWS; ++r) {
-    const float gv = simd_sum(g[r]), uv = simd_sum(u[r]);
-    if (lane == 0u && r < count) dst[row0 + r] = silu(gv) * uv;
+    const float v = simd_sum(acc[r]);
+    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
   }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  device float* dst = shared ? sh + ulong(t) * p.shared_inter : h + (ulong(t) * p.k + s) * p.inter;
+  if (!up && lane < count) dst[row0 + lane] = silu(partial[sg * GEMV_ROWS + lane]) * partial[(sg + 1u) * GEMV_ROWS + lane];
 }
 
 // out[t, r] = Σ_s weights[t, s] · (down_e[r] · h[t, s]) for e = ids[t, s], plus the gated shared expert
-// when p.shared: the down projections and the weighted combine in one pass; each simdgroup computes GEMV_ROWS output rows over all k experts;
-// grid (ceil(hidden / (GEMV_ROWS · GEMV_SIMDGROUPS)), n). Quantized experts are read as one virtual
-// row of k · inter columns (the k rows of h[t] are contiguous), so the loads of all the experts are
-// in flight together rather than one expert after another.
+// when p.shared: the down projections and the weighted combine in one pass. p.split simdgroups share
+// GEMV_ROWS output rows (split-K over all k experts; the first adds the parts up);
+// grid (ceil(hidden · split / (GEMV_ROWS · GEMV_SIMDGROUPS)), n). Quantized experts are read as one
+// virtual row of k · inter columns (the k rows of h[t] are contiguous), so the loads of all the
+// experts are in flight together rather than one expert after another.
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_down(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                      device const uchar* db [[buffer(2)]], device const float* h [[buffer(3)]],
                      device const int* ids [[buffer(4)]], device const float* weights [[buffer(5)]],
@@ -144,28 +139,30 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
                      uint threads [[threads_per_threadgroup]]) {
   threadgroup uint slot_expert[ROUTER_MAX_K];
   threadgroup float slot_weight[ROUTER_MAX_K];
-  const uint row0 = (group.x * GEMV_SIMDGROUPS + sg) * GEMV_ROWS;
+  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  const uint parts = p.split, part = sg % parts;
+  const uint row0 = (group.x * (GEMV_SIMDGROUPS / parts) + sg / parts) * GEMV_ROWS;
   const uint t = group.y;
   for (uint s = tid; s < p.k; s += threads) {
     slot_expert[s] = uint(ids[ulong(t) * p.k + s]);
     slot_weight[s] = weights[ulong(t) * p.k + s];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (row0 >= p.hidden) return;
-  const uint count = min(GEMV_ROWS, p.hidden - row0);
+  const bool live = row0 < p.hidden;
+  const uint count = live ? min(GEMV_ROWS, p.hidden - row0) : 0u;
   float acc[GEMV_ROWS];
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   device const float* ht = h + ulong(t) * p.k * p.inter;
   const bool q4 = p.down.format == WEIGHT_Q4;
-  if (q4 || p.down.format == WEIGHT_Q8) {
-    const uint per_word = q4 ? 8u : 4u, words = p.down.row_bytes / 4u, total = words * p.k;
-    for (uint w0 = lane; w0 < total; w0 += 32u * MOE_DOWN_UNROLL) {
+  if (live && (q4 || p.down.format == WEIGHT_Q8)) {
+    const uint per_word = q4 ? 8u : 4u, words = p.down.row_bytes / 4u, total = words * p.k, step = 32u * parts;
+    for (uint w0 = 32u * part + lane; w0 < total; w0 += step * MOE_DOWN_UNROLL) {
       uint q[MOE_DOWN_UNROLL][GEMV_ROWS];
       float sc[MOE_DOWN_UNROLL][GEMV_ROWS], bi[MOE_DOWN_UNROLL][GEMV_ROWS], ws[MOE_DOWN_UNROLL];
       for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {  // unconditional (clamped) loads first
-        const uint vw = min(w0 + 32u * u, total - 1u), s = vw / words, wi = vw - s * words;
+        const uint vw = min(w0 + step * u, total - 1u), s = vw / words, wi = vw - s * words;
         const uint e = slot_expert[s], group = wi >> p.down.group_shift;
-        ws[u] = w0 + 32u * u < total ? slot_weight[s] : 0.0f;
+        ws[u] = w0 + step * u < total ? slot_weight[s] : 0.0f;
         for (uint r = 0; r < GEMV_ROWS; ++r) {
           const ulong row = ulong(row0 + min(r, count - 1u));
           q[u][r] = ((device const uint*)(dw + expert_bytes(p.down, e) + row * p.down.row_bytes))[wi];
@@ -175,7 +172,7 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
         }
       }
       for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {
-        const uint vw = min(w0 + 32u * u, total - 1u);
+        const uint vw = min(w0 + step * u, total - 1u);
         float a, b, c, d, e, f, g, hh;
         load_x4(ht, per_word * vw, p.h_vec4 != 0u, a, b, c, d);
         load_x4(ht, q4 ? 8u * vw + 4u : per_word * vw, p.h_vec4 != 0u, e, f, g, hh);
@@ -187,23 +184,29 @@ inline bool route_better(uint fa, float pa, uint ea, uint fb, float pb, uint eb)
         }
       }
     }
-  } else {  // dense experts: one expert after another
-    float part[GEMV_ROWS];
+  } else if (live) {  // dense experts: one expert after another
+    float dot[GEMV_ROWS];
     for (uint s = 0; s < p.k; ++s) {
       const uint e = slot_expert[s];
       rows_dot(p.down, dw + expert_bytes(p.down, e), ds + expert_scale_bytes(p.down, e), db + expert_scale_bytes(p.down, e),
-               row0, count, ht + ulong(s) * p.inter, p.h_vec4 != 0u, lane, part);
-      for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += slot_weight[s] * part[r];
+               row0, count, ht + ulong(s) * p.inter, p.h_vec4 != 0u, lane, part, parts, dot);
+      for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += slot_weight[s] * dot[r];
     }
   }
-  if (p.shared != 0u) {  // the gated shared expert, weighted per lane like the routed ones
-    float part[GEMV_ROWS];
-    rows_dot(p.sdown, sdw, sds, sdb, row0, count, sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u, lane, part);
+  if (live && p.shared != 0u) {  // the gated shared expert, weighted per lane like the routed ones
+    float dot[GEMV_ROWS];
+    rows_dot(p.sdown, sdw, sds, sdb, row0, count, sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u, lane, part, parts, dot);
     const float ws = p.shared_scale * sigmoid(gate_logit[t]);
-    for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += ws * part[r];
+    for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += ws * dot[r];
   }
   for (uint r = 0; r < GEMV_ROWS; ++r) {
     const float v = simd_sum(acc[r]);
-    if (lane == 0u && r < count) out[ulong(t) * p.hidden + row0 + r] = v;
+    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (part == 0u && lane < count) {
+    float v = 0.0f;
+    for (uint q = 0; q < parts; ++q) v += partial[(sg + q) * GEMV_ROWS + lane];
+    out[ulong(t) * p.hidden + row0 + lane] = v;
   }
 }

@@ -19,13 +19,28 @@
 
 // The GEMV-class kernels (projections, experts): each simdgroup computes GEMV_ROWS output rows (the
 // x values it loads serve them all), loading GEMV_UNROLL words of each row per lane at once;
-// GEMV_SIMDGROUPS simdgroups per threadgroup (bench/gpu/gemv-variants.cu measured the choice).
+// GEMV_SIMDGROUPS simdgroups per threadgroup; a matrix with few rows is split over up to
+// GEMV_SIMDGROUPS simdgroups per block until the launch has GEMV_TARGET_THREADGROUPS threadgroups.
+// bench/gpu/gemv-sweep.sh measures the choices on the H200 (a build may override these with -D).
+#ifndef GEMV_ROWS
 #define GEMV_ROWS 2u
-#define GEMV_UNROLL 4u
+#endif
+#ifndef GEMV_UNROLL
+#define GEMV_UNROLL 2u
+#endif
+#ifndef GEMV_TARGET_THREADGROUPS
+#define GEMV_TARGET_THREADGROUPS 512u
+#endif
 // moe_down reads the k experts' rows as one long row: more words per lane at once.
+#ifndef MOE_DOWN_UNROLL
 #define MOE_DOWN_UNROLL 8u
+#endif
+#ifndef GEMV_SIMDGROUPS
 #define GEMV_SIMDGROUPS 4u
-#define GEMV_THREADS 128
+#endif
+#ifndef GEMV_THREADS
+#define GEMV_THREADS 128  // GEMV_SIMDGROUPS * 32, as a literal for the kernels' attribute
+#endif
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
 #define NORM_THREADS 1024
@@ -37,14 +52,16 @@
 #define ATTN_MAX_GROUP 16u
 #define ATTN_MAX_HEAD_DIM 512u
 #define ATTN_MAX_QUERY_FLOATS 4096u
-#define ATTN_CHUNK 32u
+#ifndef ATTN_CHUNK
+#define ATTN_CHUNK 16u
+#endif
 // The DeltaNet kernel keeps a value head's state in registers, four threads per column (a quarter of
 // the keys each): key_dim <= DELTANET_MAX_KEY_DIM and a multiple of 4, value_dim a multiple of 8 and,
 // when the state norm is traced (the whole head in one threadgroup), <= DELTANET_MAX_VALUE_DIM.
 #define DELTANET_MAX_KEY_DIM 128u
 #define DELTANET_MAX_VALUE_DIM 128
 #define DELTANET_MAX_THREADS 512
-// The router keeps every expert's probability in registers: ROUTER_MAX_EXPERTS / 32 per lane.
+// The router runs one thread per expert.
 #define ROUTER_MAX_EXPERTS 512u
 #define ROUTER_MAX_K 64u
 // The causal conv keeps the last kernel-1 inputs per channel in registers.
@@ -80,6 +97,7 @@ struct GemvParams {
   uint cols;  // of every matrix, and the row stride of x
   uint total_blocks;
   uint x_vec4;  // x is 16-byte aligned (then read with vector loads)
+  uint split;   // simdgroups per block of rows: 1, 2, 4 ... GEMV_SIMDGROUPS
 };
 
 // out[t] = the embedding row ids[t], dequantized.
@@ -108,6 +126,7 @@ struct MoeParams {
   uint shared_inter;
   float shared_scale;
   uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
+  uint split;    // moe_down: simdgroups per block of output rows
 };
 
 struct RouteParams {
@@ -178,6 +197,7 @@ struct AttentionParams {
   uint head_dim;
   uint chunks;
   float scale;
+  uint gated;  // attention_combine multiplies by sigmoid(gate)
 };
 
 struct ElementwiseParams {

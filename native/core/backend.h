@@ -120,11 +120,10 @@ class Backend {
   virtual void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
                               View q, View gate) = 0;
   // Causal attention of n queries at pos0.. over the cache rows 0 .. pos0+n-1 (GQA).
-  // out [n, heads*head_dim]. probs, when set, receives [heads, n, pos0+n] softmax weights.
+  // out [n, heads*head_dim]. probs, when set, receives [heads, n, pos0+n] softmax weights. gate, when
+  // set ([n, heads*head_dim]), is the output gate: out *= sigmoid(gate).
   virtual void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
-                         View probs) = 0;
-  // x *= sigmoid(gate)
-  virtual void sigmoid_mul(View x, View gate, size_t count) = 0;
+                         View probs, View gate) = 0;
 
   // Mixture of experts.
   // Router: probabilities = softmax(logits + bias) over all experts; top-k; renormalised when asked.

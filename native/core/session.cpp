@@ -11,7 +11,7 @@ namespace moelens {
 // Activations for up to `rows` tokens, reused across calls.
 struct Session::Scratch {
   int rows = 0;
-  std::unique_ptr<Buffer> ids, h, x, mix, qkv, qkv_conv, z, b, a, core, qg, q, gate, k, v, attn, router_logits,
+  std::unique_ptr<Buffer> ids, h, x, mix, qkv, qkv_conv, z, b, a, core, qg, q, gate, attn, router_logits,
       router_bias, route_ids, route_weights, routed, shared_gate, logits;
   // trace buffers [layers, rows, ...], grown on demand
   std::unique_ptr<Buffer> t_router_logits, t_router_probs, t_router_ids, t_router_weights, t_shared_gate, t_residual,
@@ -43,7 +43,7 @@ size_t Session::memory_bytes() const {
   if (scratch_) {
     const Scratch& s = *scratch_;
     for (const auto* b : {&s.ids, &s.h, &s.x, &s.mix, &s.qkv, &s.qkv_conv, &s.z, &s.b, &s.a, &s.core, &s.qg, &s.q, &s.gate,
-                          &s.k, &s.v, &s.attn, &s.router_logits, &s.router_bias, &s.route_ids, &s.route_weights, &s.routed,
+                          &s.attn, &s.router_logits, &s.router_bias, &s.route_ids, &s.route_weights, &s.routed,
                           &s.shared_gate, &s.logits, &s.t_router_logits,
                           &s.t_router_probs, &s.t_router_ids, &s.t_router_weights, &s.t_shared_gate, &s.t_residual,
                           &s.t_residual_mid, &s.t_dn_beta, &s.t_dn_decay, &s.t_dn_norm, &s.t_attn_gate, &s.attn_probs})
@@ -133,8 +133,6 @@ Session::Scratch& Session::scratch(int m) {
   s->qg = f(attn_width * (c.attn_output_gate ? 2 : 1));
   s->q = f(attn_width);
   s->gate = f(attn_width);
-  s->k = f(size_t(c.num_kv_heads) * c.head_dim);
-  s->v = f(size_t(c.num_kv_heads) * c.head_dim);
   s->attn = f(attn_width);
   s->router_logits = f(size_t(c.num_experts));
   s->router_bias = f(size_t(c.num_experts));
@@ -389,10 +387,10 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
       be_.matmul(*W.out, s.core, m, s.mix);
       ++dn_index;
     } else {
-      be_.matmul_group({{W.q.get(), s.qg}, {W.k.get(), s.k}, {W.v.get(), s.v}}, s.x, m);
-      be_.attention_prep(s.qg, s.k, W.q_norm, W.k_norm, m, pos_, as, s.q, s.gate);
-      be_.copy(View(st.k_cache, size_t(pos_) * kv_width), s.k, size_t(m) * kv_width);
-      be_.copy(View(st.v_cache, size_t(pos_) * kv_width), s.v, size_t(m) * kv_width);
+      // k and v go straight into the cache rows of these tokens; k is normed and rotated there.
+      const View k_rows(st.k_cache, size_t(pos_) * kv_width), v_rows(st.v_cache, size_t(pos_) * kv_width);
+      be_.matmul_group({{W.q.get(), s.qg}, {W.k.get(), k_rows}, {W.v.get(), v_rows}}, s.x, m);
+      be_.attention_prep(s.qg, k_rows, W.q_norm, W.k_norm, m, pos_, as, s.q, s.gate);
       auto chosen = std::find(cap.attention_layers.begin(), cap.attention_layers.end(), l);
       View probs;
       if (chosen != cap.attention_layers.end()) {
@@ -400,7 +398,7 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
         if (!s.attn_probs || s.attn_probs->count() < need) s.attn_probs = be_.alloc(ElemType::F32, need);
         probs = View(s.attn_probs);
       }
-      be_.attention(s.q, st.k_cache, st.v_cache, m, pos_, as, s.attn, probs);
+      be_.attention(s.q, st.k_cache, st.v_cache, m, pos_, as, s.attn, probs, c.attn_output_gate ? View(s.gate) : View());
       if (probs) {
         // Opt-in and sized by the caller: read back here, into [layer, head, token, key].
         const size_t width = size_t(pos_) + m, ctx = size_t(r.position) + total;
@@ -416,7 +414,6 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
       }
       if (cap.attention_gate)
         be_.copy(View(s.t_attn_gate, size_t(attn_index) * m * attn_width), s.gate, size_t(m) * attn_width);
-      if (c.attn_output_gate) be_.sigmoid_mul(s.attn, s.gate, size_t(m) * attn_width);
       be_.matmul(*W.o, s.attn, m, s.mix);
       ++attn_index;
     }

@@ -242,7 +242,7 @@ std::vector<Case> cases() {
   add("elementwise", [](Ctx& c) {
     c.shape = "1000 elements at offsets";
     const size_t n = 1000;
-    Pair a = c.floats(c.rng.normals(n)), b = c.floats(c.rng.normals(n)), g = c.floats(c.rng.normals(n));
+    Pair a = c.floats(c.rng.normals(n)), b = c.floats(c.rng.normals(n));
     // Copies move bits: their source is uploaded data, so CPU and GPU must agree exactly (arithmetic results
     // may differ by an ulp where a GPU compiler contracts a*b+c into one FMA).
     Pair src = c.floats(c.rng.normals(n));
@@ -252,34 +252,37 @@ std::vector<Case> cases() {
       auto V = [&](Pair& p, size_t off = 0) { return View(gp ? p.gpu.get() : p.cpu.get(), off); };
       be->add(V(a, 3), V(b, 5), n - 10, 0.5f);
       be->scale(V(b), -1.25f, n);
-      be->sigmoid_mul(V(a), V(g), n);
       be->copy(V(out, 8), V(src), n);
       be->fill(V(out), 2.5f, 8);
       be->fill(V(ints, 4), 0.0f, 30);
     }
-    c.expect_close("add/sigmoid_mul", a, n, 1e-6f);
+    c.expect_close("add", a, n, 1e-6f);
     c.expect_close("scale", b, n, 1e-6f);
     c.expect_close("copy/fill", out, n + 8, 0.0f);
     c.expect_equal_ints("fill of an int buffer", ints, 40);
   });
 
+  // Wide rows: the launch splits each block of rows over several simdgroups (split-K).
   struct MatmulShape {
     std::string fmt;
     int group;
     DType scale;
     int n;
     size_t x_offset;  // 1: activations not 16-byte aligned (scalar loads)
+    int cols = 256;
   };
   for (MatmulShape m : {MatmulShape{"q4", 64, DType::BF16, 1, 0}, MatmulShape{"q4", 32, DType::F16, 3, 0},
                         MatmulShape{"q4", 128, DType::F32, 2, 1}, MatmulShape{"q8", 64, DType::BF16, 1, 1},
                         MatmulShape{"q8", 32, DType::BF16, 2, 0}, MatmulShape{"bf16", 0, DType::BF16, 2, 1},
                         MatmulShape{"f16", 0, DType::BF16, 1, 0}, MatmulShape{"f32", 0, DType::BF16, 3, 1},
-                        MatmulShape{"f32", 0, DType::BF16, 1, 0}})
+                        MatmulShape{"f32", 0, DType::BF16, 1, 0}, MatmulShape{"q4", 64, DType::BF16, 1, 0, 4096},
+                        MatmulShape{"q4", 64, DType::BF16, 3, 1, 2048}, MatmulShape{"q8", 64, DType::BF16, 2, 0, 2048},
+                        MatmulShape{"bf16", 0, DType::BF16, 1, 1, 2048}})
     add("matmul " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
-            (m.x_offset ? " unaligned" : ""),
+            (m.x_offset ? " unaligned" : "") + (m.cols != 256 ? " x" + std::to_string(m.cols) : ""),
         [m](Ctx& c) {
-          c.shape = m.x_offset ? "37x256, x at an odd offset" : "37x256";
-          const int rows = 37, cols = 256;
+          const int rows = 37, cols = m.cols;
+          c.shape = "37x" + std::to_string(cols) + (m.x_offset ? ", x at an odd offset" : "");
           HostWeight h(c.rng, m.fmt, rows, cols, 0, m.group ? m.group : 64, m.scale);
           WeightPair w = upload(c, h);
           Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * cols)), out = c.zeros(size_t(m.n) * rows);
@@ -288,26 +291,26 @@ std::vector<Case> cases() {
           c.expect_close("matmul", out, size_t(m.n) * rows, 2e-5f);
         });
 
-  add("matmul_group", [](Ctx& c) {
-    c.shape = "5 matrices (q4, q8, bf16) x 128";
-    const int cols = 128;
-    std::vector<HostWeight> hw;
-    const char* fmts[] = {"q4", "q8", "q4", "q8", "bf16"};
-    const int rows[] = {40, 16, 33, 1, 9};
-    for (int j = 0; j < 5; ++j) hw.emplace_back(c.rng, fmts[j], rows[j], cols);
-    std::vector<WeightPair> w;
-    std::vector<Pair> outs;
-    for (int j = 0; j < 5; ++j) w.push_back(upload(c, hw[size_t(j)])), outs.push_back(c.zeros(size_t(rows[j])));
-    Pair x = c.floats(c.rng.normals(cols));
-    std::vector<Backend::MatmulJob> jc, jg;
-    for (int j = 0; j < 5; ++j) {
-      jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get())});
-      jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get())});
-    }
-    c.cpu.matmul_group(jc, View(x.cpu.get()), 1);
-    c.gpu.matmul_group(jg, View(x.gpu.get()), 1);
-    for (int j = 0; j < 5; ++j) c.expect_close("matmul_group", outs[size_t(j)], size_t(rows[j]), 2e-5f);
-  });
+  for (int cols : {128, 4096})
+    add("matmul_group x" + std::to_string(cols), [cols](Ctx& c) {
+      c.shape = "5 matrices (q4, q8, bf16) x " + std::to_string(cols);
+      std::vector<HostWeight> hw;
+      const char* fmts[] = {"q4", "q8", "q4", "q8", "bf16"};
+      const int rows[] = {40, 16, 33, 1, 9};
+      for (int j = 0; j < 5; ++j) hw.emplace_back(c.rng, fmts[j], rows[j], cols);
+      std::vector<WeightPair> w;
+      std::vector<Pair> outs;
+      for (int j = 0; j < 5; ++j) w.push_back(upload(c, hw[size_t(j)])), outs.push_back(c.zeros(size_t(rows[j])));
+      Pair x = c.floats(c.rng.normals(cols));
+      std::vector<Backend::MatmulJob> jc, jg;
+      for (int j = 0; j < 5; ++j) {
+        jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get())});
+        jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get())});
+      }
+      c.cpu.matmul_group(jc, View(x.cpu.get()), 1);
+      c.gpu.matmul_group(jg, View(x.gpu.get()), 1);
+      for (int j = 0; j < 5; ++j) c.expect_close("matmul_group", outs[size_t(j)], size_t(rows[j]), 2e-5f);
+    });
 
   for (int n : {1, 5})
     add("conv_silu n" + std::to_string(n), [n](Ctx& c) {
@@ -385,40 +388,53 @@ std::vector<Case> cases() {
 
   struct AttnShape {
     int heads, kv, dim, n, pos0;
-    bool probs;
+    bool probs, gated;
   };
-  for (AttnShape a : {AttnShape{4, 2, 64, 3, 70, true}, AttnShape{4, 2, 64, 1, 130, false},
-                      AttnShape{16, 2, 32, 1, 40, true}, AttnShape{2, 2, 256, 5, 0, true}})
+  for (AttnShape a : {AttnShape{4, 2, 64, 3, 70, true, true}, AttnShape{4, 2, 64, 1, 130, false, true},
+                      AttnShape{16, 2, 32, 1, 40, true, false}, AttnShape{2, 2, 256, 5, 0, true, true}})
     add("attention " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
-            std::to_string(a.n) + " at " + std::to_string(a.pos0),
+            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : ""),
         [a](Ctx& c) {
           c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
-                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0);
+                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + (a.gated ? ", gated" : "");
           const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, true, 1e7f, 1e-6f};
           const int total = a.pos0 + a.n;
-          const size_t kvw = size_t(a.kv) * a.dim;
-          Pair q = c.floats(c.rng.normals(size_t(a.n) * a.heads * a.dim)), kc = c.floats(c.rng.normals(size_t(total) * kvw));
-          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(size_t(a.n) * a.heads * a.dim);
+          const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
+          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(c.rng.normals(size_t(total) * kvw));
+          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+          Pair gate = c.floats(c.rng.normals(width, 2.0f));
           Pair probs = c.zeros(size_t(a.heads) * a.n * total + 1);
           c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
-                          a.probs ? View(probs.cpu.get()) : View());
+                          a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
           c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
-                          a.probs ? View(probs.gpu.get()) : View());
-          c.expect_close("attention out", out, size_t(a.n) * a.heads * a.dim, 1e-5f);
+                          a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
+          c.expect_close("attention out", out, width, 1e-5f);
           if (a.probs) c.expect_close("attention probs", probs, size_t(a.heads) * a.n * total + 1, 1e-5f);
         });
 
+  // ties: integer logits, so that many probabilities are equal (lower ids first); enabled: all but
+  // this many experts are disabled, so that experts of probability 0 fill the top-k.
   struct RouteShape {
     int n, experts, k;
-    bool renorm, bias, probs;
+    bool renorm, bias, probs, ties = false;
+    int enabled = 0;
   };
   for (RouteShape r : {RouteShape{3, 40, 6, true, false, true}, RouteShape{2, 300, 8, false, true, true},
-                       RouteShape{4, 16, 4, true, true, false}, RouteShape{1, 512, 10, true, true, true}})
-    add("route " + std::to_string(r.experts) + " top-" + std::to_string(r.k) + (r.bias ? " biased" : ""), [r](Ctx& c) {
+                       RouteShape{4, 16, 4, true, true, false}, RouteShape{1, 512, 10, true, true, true},
+                       RouteShape{3, 256, 8, true, false, true, true}, RouteShape{2, 100, 40, true, true, false, true},
+                       RouteShape{2, 64, 9, true, true, true, false, 4}})
+    add("route " + std::to_string(r.experts) + " top-" + std::to_string(r.k) + (r.bias ? " biased" : "") +
+            (r.ties ? " ties" : "") + (r.enabled ? " " + std::to_string(r.enabled) + " enabled" : ""),
+        [r](Ctx& c) {
       c.shape = std::to_string(r.n) + " tokens";
-      Pair logits = c.floats(c.rng.normals(size_t(r.n) * r.experts, 2.0f));
+      std::vector<float> l = c.rng.normals(size_t(r.n) * r.experts, 2.0f);
+      if (r.ties)
+        for (float& v : l) v = std::round(v);
+      Pair logits = c.floats(l);
       std::vector<float> bias(size_t(r.n) * r.experts, 0.0f);
-      if (r.bias)
+      if (r.enabled)
+        for (size_t i = 0; i < bias.size(); ++i) bias[i] = int(i % size_t(r.experts)) % (r.experts / r.enabled) ? -INFINITY : 0.0f;
+      else if (r.bias)
         for (int t = 0; t < r.n; ++t) {
           bias[size_t(t) * r.experts + size_t(c.rng.integer(0, r.experts - 1))] = -INFINITY;
           bias[size_t(t) * r.experts + size_t(c.rng.integer(0, r.experts - 1))] = INFINITY;
@@ -435,12 +451,16 @@ std::vector<Case> cases() {
       if (r.probs) c.expect_close("route probs", probs, size_t(r.n) * r.experts, 1e-5f);
     });
 
+  // Wide: long expert rows, so that moe_down splits its blocks over several simdgroups (split-K).
   for (std::string fmt : {"q4", "q8", "bf16"})
     for (int n : {1, 3})
-      for (bool with_shared : {false, true})
-        add("moe_experts " + fmt + " n" + std::to_string(n) + (with_shared ? " + shared" : ""), [fmt, n, with_shared](Ctx& c) {
-          c.shape = with_shared ? "6 experts 128x64 top-3, shared expert 96 scaled 0.7" : "6 experts 128x64 top-3";
-          const int E = 6, H = 128, I = 64, K = 3, SI = 96;
+      for (int variant : {0, 1, 2})  // 0: routed only, 1: with the shared expert, 2: wide, with the shared expert
+        add("moe_experts " + fmt + " n" + std::to_string(n) + (variant ? " + shared" : "") + (variant == 2 ? " wide" : ""),
+            [fmt, n, variant](Ctx& c) {
+          const bool with_shared = variant > 0, wide = variant == 2;
+          const int E = wide ? 5 : 6, H = wide ? 64 : 128, I = wide ? 1024 : 64, K = wide ? 4 : 3, SI = wide ? 512 : 96;
+          c.shape = std::to_string(E) + " experts " + std::to_string(H) + "x" + std::to_string(I) + " top-" + std::to_string(K) +
+                    (with_shared ? ", shared expert " + std::to_string(SI) + " scaled 0.7" : "");
           HostWeight g(c.rng, fmt, I, H, E), u(c.rng, fmt, I, H, E), d(c.rng, fmt, H, I, E, fmt == "q8" ? 32 : 64);
           HostWeight sg(c.rng, fmt, SI, H), su(c.rng, fmt, SI, H), sd(c.rng, fmt, H, SI, 0, 32);
           WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "activations.h"
 #include "cpu_backend.h"
 #include "dot.h"
 
@@ -43,7 +44,7 @@ void CpuBackend::attention_prep(View qg, View k, View q_norm, View k_norm, int n
 }
 
 void CpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
-                           View probs) {
+                           View probs, View gate) {
   const int D = s.head_dim, H = s.heads, group = s.heads / s.kv_heads;
   const int kv_width = s.kv_heads * D;
   const int total = pos0 + n;
@@ -66,6 +67,10 @@ void CpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
       for (int j = 0; j < len; ++j) {
         p[j] /= sum;
         axpy(p[j], f32(v_cache) + size_t(j) * kv_width + kvh * D, o, D);
+      }
+      if (gate) {
+        const float* g = f32(gate) + (size_t(t) * H + h) * D;
+        for (int d = 0; d < D; ++d) o[d] *= sigmoid(g[d]);
       }
       if (probs) {
         float* pr = f32(probs) + (size_t(h) * n + t) * total;

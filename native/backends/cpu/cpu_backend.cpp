@@ -5,17 +5,13 @@
 #include <cstring>
 #include <numeric>
 
+#include "activations.h"
 #include "dot.h"
 #include "gemm.h"
 
 namespace moelens {
 
 using namespace cpu;
-
-namespace {
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-}  // namespace
 
 CpuBuffer::CpuBuffer(ElemType type, size_t count) : Buffer(type, count), data_(new uint32_t[count ? count : 1]()) {}
 
@@ -171,12 +167,6 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
       f32(jobs[j].out)[local] = in8[j] ? dot_row_int8(w, row, *in8[j]) : dot_row(w, row, in[j]);
     }
   });
-}
-
-void CpuBackend::sigmoid_mul(View x, View gate, size_t count) {
-  float* p = f32(x);
-  const float* g = f32(gate);
-  for (size_t i = 0; i < count; ++i) p[i] *= sigmoid(g[i]);
 }
 
 void CpuBackend::argmax(View logits, int rows, int vocab, View ids) {

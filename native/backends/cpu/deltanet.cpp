@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "activations.h"
 #include "cpu_backend.h"
 #include "dot.h"
 
@@ -12,7 +13,6 @@ namespace moelens {
 using namespace cpu;
 
 namespace {
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
 }  // namespace
 

@@ -9,9 +9,14 @@
 // updated in place, and the graph is launched as one unit, without waiting, so that the host records
 // step n+1 while the GPU runs step n. Updates never affect a launch in flight.
 //
+// Programmatic dependent launch (compute capability 9.0 and later): each kernel may be launched while
+// the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel) until that
+// kernel has finished, so the launch latency between two kernels is hidden. MOELENS_CUDA_PDL=0 turns
+// it off.
+//
 // MOELENS_CUDA_GRAPH=0 launches each kernel directly instead; MOELENS_CUDA_PROFILE=1 does so too and
-// times every kernel with events (stats() then lists GPU time per kernel). Host copies and
-// zero-fills go through a second stream.
+// times every kernel with events (stats() then lists GPU time per kernel; launches are plain there).
+// Host copies and zero-fills go through a second stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -93,6 +98,10 @@ class CudaRuntime final : public Runtime {
     check(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking), "stream");
     profile_ = env_is("MOELENS_CUDA_PROFILE", "1");
     use_graph_ = !profile_ && !env_is("MOELENS_CUDA_GRAPH", "0");
+    int device = 0, major = 0;
+    check(cudaGetDevice(&device), "device");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "device attribute");
+    programmatic_ = major >= 9 && !env_is("MOELENS_CUDA_PDL", "0");
   }
   ~CudaRuntime() override {
     cudaStreamSynchronize(stream_);
@@ -137,9 +146,15 @@ class CudaRuntime final : public Runtime {
       start = event(2 * timed_.size()), end = event(2 * timed_.size() + 1);
       check(cudaEventRecord(start, stream_), "event");
     }
-    check(cudaLaunchKernel(call.func, dim3(d.grid[0], d.grid[1], d.grid[2]), dim3(d.threads[0], d.threads[1], d.threads[2]),
-                           call.args, 0, stream_),
-          kernels::kInfo[d.kernel].name);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(d.grid[0], d.grid[1], d.grid[2]);
+    config.blockDim = dim3(d.threads[0], d.threads[1], d.threads[2]);
+    config.stream = stream_;
+    cudaLaunchAttribute programmatic{};
+    programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    programmatic.val.programmaticStreamSerializationAllowed = 1;
+    if (programmatic_ && !profile_) config.attrs = &programmatic, config.numAttrs = 1;
+    check(cudaLaunchKernelExC(&config, call.func, call.args), kernels::kInfo[d.kernel].name);
     if (profile_) {
       check(cudaEventRecord(end, stream_), "event");
       timed_.push_back(d.kernel);
@@ -208,6 +223,7 @@ class CudaRuntime final : public Runtime {
     } else {
       s += profile_ ? "; profiled (no graphs)" : "; graphs off";
     }
+    if (!profile_) s += programmatic_ ? "; programmatic launches" : "; plain launches";
     if (profile_) {
       std::vector<int> order;
       for (int k = 0; k < kernels::kCount; ++k)
@@ -280,13 +296,18 @@ class CudaRuntime final : public Runtime {
     Graph& g = graphs_.back();
     check(cudaGraphCreate(&g.graph, 0), "graph create");
     g.nodes.resize(recorded_.size());
+    cudaGraphEdgeData edge{};
+    if (programmatic_) {  // node i may start once node i-1 has started (await_previous_kernel)
+      edge.from_port = cudaGraphKernelNodePortProgrammatic;
+      edge.type = cudaGraphDependencyTypeProgrammatic;
+    }
     for (size_t i = 0; i < recorded_.size(); ++i) {
       KernelLaunch launch;
       CudaKernelCall call;
       describe(recorded_[i], launch, call);
       const cudaKernelNodeParams p = node_params(launch, call);
-      check(cudaGraphAddKernelNode(&g.nodes[i], g.graph, i ? &g.nodes[i - 1] : nullptr, i ? 1 : 0, &p),
-            kernels::kInfo[recorded_[i].kernel].name);
+      check(cudaGraphAddKernelNode(&g.nodes[i], g.graph, nullptr, 0, &p), kernels::kInfo[recorded_[i].kernel].name);
+      if (i) check(cudaGraphAddDependencies(g.graph, &g.nodes[i - 1], &g.nodes[i], &edge, 1), "graph edge");
     }
     check(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");
     ++builds_;
@@ -302,6 +323,7 @@ class CudaRuntime final : public Runtime {
 
   cudaStream_t stream_ = nullptr, copies_ = nullptr;
   bool use_graph_ = true, profile_ = false;
+  bool programmatic_ = false;  // kernels launched as programmatic dependents of the previous one
   std::vector<Dispatch> recorded_;  // since the last submission
   std::vector<Graph> graphs_;
   std::vector<cudaEvent_t> events_;  // pairs: around each pending graph launch, or each profiled kernel

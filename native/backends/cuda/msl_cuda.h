@@ -156,6 +156,18 @@ __device__ inline uint thread_index_in_simdgroup() { return linear_thread() % 32
 __device__ inline uint simdgroups_per_threadgroup() { return (blockDim.x * blockDim.y * blockDim.z + 31u) / 32u; }
 __device__ inline uint threads_per_simdgroup() { return 32u; }
 
+// Every kernel starts here. Launched as a programmatic dependent of the previous kernel (the runtime's
+// default, Hopper and later), a kernel's blocks may start before that kernel has finished: they wait
+// here until it has, and its writes are visible. Then they let the next kernel launch, so that its
+// launch latency overlaps this kernel's work (at most two kernels in flight). Launched plainly, both
+// are no-ops.
+__device__ inline void await_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 template <class T>
 __device__ inline T builtin(uint3 v);
 template <class T>

@@ -27,6 +27,9 @@ uint32_t norm_threads(int dim) {
   return std::max<uint32_t>(32, (ceil_div(size_t(dim), NORM_MAX_PER_THREAD) + 31) / 32 * 32);
 }
 
+static_assert(GEMV_THREADS == 32 * GEMV_SIMDGROUPS, "GEMV_THREADS must be GEMV_SIMDGROUPS simdgroups");
+static_assert(GEMV_SIMDGROUPS % 2 == 0, "moe_gate_up pairs the simdgroups (gate, up)");
+
 // Partial results of one attention launch stay below this many floats (longer prefills are split).
 constexpr size_t kMaxAttentionPartialFloats = size_t(8) << 20;
 
@@ -322,7 +325,14 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
     call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
   }
   p.x_vec4 = x.offset % 4 == 0 && p.cols % 4 == 0 ? 1u : 0u;
-  call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS), p.n)
+  // Split-K for small launches, while each part still loads GEMV_UNROLL words per lane of every row.
+  size_t min_row_words = SIZE_MAX;
+  for (size_t j = 0; j < count; ++j) min_row_words = std::min<size_t>(min_row_words, p.w[j].row_bytes / 4);
+  p.split = 1;
+  while (p.split < GEMV_SIMDGROUPS && size_t(p.split) * 2 * 32 * GEMV_UNROLL <= min_row_words &&
+         size_t(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split)) * p.n < GEMV_TARGET_THREADGROUPS)
+    p.split *= 2;
+  call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n)
       .threads(GEMV_THREADS).run();
 }
 
@@ -391,7 +401,7 @@ void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int 
 }
 
 void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
-                           View probs) {
+                           View probs, View gate) {
   auto lock = enter();
   const size_t H = size_t(s.heads), D = size_t(s.head_dim);
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) fail("gpu backend: attention heads not a multiple of KV heads");
@@ -406,6 +416,7 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   p.kv_heads = uint32_t(s.kv_heads);
   p.head_dim = uint32_t(s.head_dim);
   p.scale = 1.0f / std::sqrt(float(s.head_dim));
+  p.gated = gate ? 1u : 0u;
   const size_t chunks_all = (total + ATTN_CHUNK - 1) / ATTN_CHUNK;
   const size_t per_token = H * chunks_all * (D + 2);
   const size_t block = std::max<size_t>(1, std::min<size_t>(size_t(n), kMaxAttentionPartialFloats / per_token));
@@ -422,20 +433,13 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
         .grid(p.chunks, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
     namespace ac = k::attention_combine;
     Call(*this, ac::id).buf(ac::part_ml, attn_ml_.get()).buf(ac::part_o, attn_o_.get()).buf(ac::out, out)
-        .buf(ac::lse, attn_lse_.get()).params(ac::p, p).grid(p.heads, p.n).threads(REDUCE_THREADS).run();
+        .buf(ac::lse, attn_lse_.get()).opt(ac::gate, gate).params(ac::p, p).grid(p.heads, p.n).threads(REDUCE_THREADS).run();
     if (probs) {
       namespace pr = k::attention_probs;
       Call(*this, pr::id).buf(pr::q, q).buf(pr::k_cache, k_cache).buf(pr::lse, attn_lse_.get()).buf(pr::probs, probs)
           .params(pr::p, p).grid(ceil_div(total, ATTN_CHUNK), p.heads, p.n).threads(REDUCE_THREADS).run();
     }
   }
-}
-
-void GpuBackend::sigmoid_mul(View x, View gate, size_t count) {
-  auto lock = enter();
-  shader::ElementwiseParams p{u32(count, "size"), 0.f, 0u};
-  Call(*this, k::sigmoid_mul::id).buf(k::sigmoid_mul::x, x).buf(k::sigmoid_mul::gate, gate).params(k::sigmoid_mul::p, p)
-      .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
 }
 
 void GpuBackend::argmax(View logits, int rows, int vocab, View ids) {
@@ -463,7 +467,7 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
                         bias ? 1u : 0u, probs ? 1u : 0u};
   namespace r = k::route;
   Call(*this, r::id).buf(r::logits, logits).opt(r::bias, bias).buf(r::ids, ids).buf(r::weights, weights)
-      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads(32).run();
+      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads((uint32_t(experts) + 31) / 32 * 32).run();
 }
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
@@ -499,14 +503,20 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).buf(gu::sgw, data(SG)).buf(gu::sgs, scales(SG))
       .buf(gu::sgb, biases(SG)).buf(gu::suw, data(SU)).buf(gu::sus, scales(SU)).buf(gu::sub, biases(SU))
       .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
-      .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS), p.k + p.shared, p.n)
+      .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS / 2), p.k + p.shared, p.n)
       .threads(GEMV_THREADS).run();
+  // moe_down: split-K as for gemv, each part loading MOE_DOWN_UNROLL words per lane of the virtual row.
+  const size_t down_words = size_t(D.desc.row_bytes / 4) * size_t(top_k);
+  p.split = 1;
+  while (p.split < GEMV_SIMDGROUPS && size_t(p.split) * 2 * 32 * MOE_DOWN_UNROLL <= down_words &&
+         size_t(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split)) * p.n < GEMV_TARGET_THREADGROUPS)
+    p.split *= 2;
   namespace dn = k::moe_down;
   Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out)
       .buf(dn::sdw, data(SD)).buf(dn::sds, scales(SD)).buf(dn::sdb, biases(SD)).buf(dn::sh, moe_shared_h_.get())
       .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).params(dn::p, p)
-      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS), p.n).threads(GEMV_THREADS).run();
+      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS).run();
 }
 
 }  // namespace moelens::gpu

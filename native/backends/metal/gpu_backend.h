@@ -70,8 +70,7 @@ class GpuBackend final : public Backend {
   void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s, View q,
                       View gate) override;
   void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
-                 View probs) override;
-  void sigmoid_mul(View x, View gate, size_t count) override;
+                 View probs, View gate) override;
 
   void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
              View probs) override;

@@ -573,6 +573,7 @@ std::string cuda_file(const ShaderFile& f) {
       }
     }
     sig += ")";
+    prologue += " msl_cuda::await_previous_kernel();";
     // Replace everything from `kernel` through the opening brace of the body.
     edits.push_back({k.kernel_tok_begin, k.body_begin + 1, sig + " {" + prologue});
   }
