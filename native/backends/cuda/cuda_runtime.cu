@@ -297,7 +297,7 @@ class CudaRuntime final : public Runtime {
     check(cudaGraphCreate(&g.graph, 0), "graph create");
     g.nodes.resize(recorded_.size());
     cudaGraphEdgeData edge{};
-    if (programmatic_) {  // node i may start once node i-1 has started (await_previous_kernel)
+    if (programmatic_) {  // node i may launch once every block of node i-1 has passed await_previous_kernel
       edge.from_port = cudaGraphKernelNodePortProgrammatic;
       edge.type = cudaGraphDependencyTypeProgrammatic;
     }

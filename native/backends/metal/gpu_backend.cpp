@@ -30,6 +30,17 @@ uint32_t norm_threads(int dim) {
 static_assert(GEMV_THREADS == 32 * GEMV_SIMDGROUPS, "GEMV_THREADS must be GEMV_SIMDGROUPS simdgroups");
 static_assert(GEMV_SIMDGROUPS % 2 == 0, "moe_gate_up pairs the simdgroups (gate, up)");
 
+// Simdgroups per block of rows (split-K) of a GEMV-class launch of `blocks` blocks for `tokens`
+// tokens: doubled while the launch has fewer than GEMV_TARGET_THREADGROUPS threadgroups and each part
+// still loads `unroll` words per lane of a row of `row_words` words.
+uint32_t split_k(size_t blocks, size_t tokens, size_t row_words, size_t unroll) {
+  uint32_t split = 1;
+  while (split < GEMV_SIMDGROUPS && size_t(split) * 2 * 32 * unroll <= row_words &&
+         size_t(ceil_div(blocks, GEMV_SIMDGROUPS / split)) * tokens < GEMV_TARGET_THREADGROUPS)
+    split *= 2;
+  return split;
+}
+
 // Partial results of one attention launch stay below this many floats (longer prefills are split).
 constexpr size_t kMaxAttentionPartialFloats = size_t(8) << 20;
 
@@ -325,13 +336,9 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
     call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
   }
   p.x_vec4 = x.offset % 4 == 0 && p.cols % 4 == 0 ? 1u : 0u;
-  // Split-K for small launches, while each part still loads GEMV_UNROLL words per lane of every row.
   size_t min_row_words = SIZE_MAX;
   for (size_t j = 0; j < count; ++j) min_row_words = std::min<size_t>(min_row_words, p.w[j].row_bytes / 4);
-  p.split = 1;
-  while (p.split < GEMV_SIMDGROUPS && size_t(p.split) * 2 * 32 * GEMV_UNROLL <= min_row_words &&
-         size_t(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split)) * p.n < GEMV_TARGET_THREADGROUPS)
-    p.split *= 2;
+  p.split = split_k(p.total_blocks, p.n, min_row_words, GEMV_UNROLL);
   call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n)
       .threads(GEMV_THREADS).run();
 }
@@ -505,12 +512,8 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
       .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS / 2), p.k + p.shared, p.n)
       .threads(GEMV_THREADS).run();
-  // moe_down: split-K as for gemv, each part loading MOE_DOWN_UNROLL words per lane of the virtual row.
-  const size_t down_words = size_t(D.desc.row_bytes / 4) * size_t(top_k);
-  p.split = 1;
-  while (p.split < GEMV_SIMDGROUPS && size_t(p.split) * 2 * 32 * MOE_DOWN_UNROLL <= down_words &&
-         size_t(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split)) * p.n < GEMV_TARGET_THREADGROUPS)
-    p.split *= 2;
+  // moe_down reads the k experts' rows as one virtual row.
+  p.split = split_k(ceil_div(p.hidden, GEMV_ROWS), p.n, size_t(D.desc.row_bytes / 4) * size_t(top_k), MOE_DOWN_UNROLL);
   namespace dn = k::moe_down;
   Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out)
