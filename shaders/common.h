@@ -124,6 +124,22 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
   }
 }
 
+// Split-K: `parts` consecutive simdgroups share a block of GEMV_ROWS rows, each holding its lanes'
+// shares in acc. Returns row `lane`'s total on lanes < GEMV_ROWS of the block's first simdgroup (part
+// 0), through `partial` (GEMV_SIMDGROUPS · GEMV_ROWS floats); 0 elsewhere. It has a barrier: every
+// thread of the threadgroup calls it.
+inline float block_rows_sum(thread const float* acc, threadgroup float* partial, uint sg, uint lane, uint parts) {
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const float v = simd_sum(acc[r]);
+    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float total = 0.0f;
+  if (sg % parts == 0u && lane < GEMV_ROWS)
+    for (uint q = 0; q < parts; ++q) total += partial[(sg + q) * GEMV_ROWS + lane];
+  return total;
+}
+
 // Byte offset of expert e in a stack.
 inline ulong expert_bytes(constant WeightDesc& w, uint e) { return ulong(e) * ulong(w.rows) * ulong(w.row_bytes); }
 inline ulong expert_scale_bytes(constant WeightDesc& w, uint e) {

@@ -50,14 +50,6 @@ using namespace metal;
     }
     return;
   }
-  for (uint r = 0; r < GEMV_ROWS; ++r) {
-    const float v = simd_sum(acc[r]);
-    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (part == 0u && lane < count) {
-    float v = 0.0f;
-    for (uint q = 0; q < parts; ++q) v += partial[(sg + q) * GEMV_ROWS + lane];
-    out[row0 + lane] = v;
-  }
+  const float v = block_rows_sum(acc, partial, sg, lane, parts);
+  if (part == 0u && lane < count) out[row0 + lane] = v;
 }
