@@ -28,7 +28,8 @@ uint32_t norm_threads(int dim) {
 }
 
 static_assert(GEMV_THREADS == 32 * GEMV_SIMDGROUPS, "GEMV_THREADS must be GEMV_SIMDGROUPS simdgroups");
-static_assert(GEMV_SIMDGROUPS % 2 == 0, "moe_gate_up pairs the simdgroups (gate, up)");
+static_assert(GEMV_SIMDGROUPS >= 2 && (GEMV_SIMDGROUPS & (GEMV_SIMDGROUPS - 1)) == 0,
+              "GEMV_SIMDGROUPS must be a power of two: split-K halves it, moe_gate_up pairs simdgroups");
 
 // Simdgroups per block of rows (split-K) of a GEMV-class launch of `blocks` blocks for `tokens`
 // tokens: doubled while the launch has fewer than GEMV_TARGET_THREADGROUPS threadgroups and each part
