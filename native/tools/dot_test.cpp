@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/dot.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/int8.h"
 
 using namespace moelens;
@@ -22,7 +23,30 @@ namespace {
 struct Case {
   DType dtype;
   int bits, group_size, cols;
+  DType scales = DType::BF16;
 };
+
+// Random scales and biases in the given dtype, negative scales too.
+void fill_scales(std::mt19937& rng, DType dtype, std::vector<uint8_t>* scales, std::vector<uint8_t>* biases) {
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const size_t es = dtype_size(dtype);
+  for (size_t i = 0; i < scales->size(); i += es) {
+    const float s = 0.05f * uni(rng), b = 0.3f * uni(rng);
+    if (dtype == DType::F32) {
+      std::memcpy(&(*scales)[i], &s, 4);
+      std::memcpy(&(*biases)[i], &b, 4);
+    } else if (dtype == DType::BF16) {
+      const uint16_t hs = f32_to_bf16(s), hb = f32_to_bf16(b);
+      std::memcpy(&(*scales)[i], &hs, 2);
+      std::memcpy(&(*biases)[i], &hb, 2);
+    } else {  // F16: magnitudes 2^-7..2^-6 and 2^-4..2^-3, random signs
+      const uint16_t hs = uint16_t(0x2000 | (rng() & 0x3ff) | ((rng() & 1) << 15));
+      const uint16_t hb = uint16_t(0x2c00 | (rng() & 0x3ff) | ((rng() & 1) << 15));
+      std::memcpy(&(*scales)[i], &hs, 2);
+      std::memcpy(&(*biases)[i], &hb, 2);
+    }
+  }
+}
 
 // Σ (s·q + b)·x, or Σ w·x, in double.
 double reference(const LinearWeight& w, const Row& row, const float* x) {
@@ -61,6 +85,38 @@ const char* simd_name() {
 // |Σ ŵ·x̂ - Σ ŵ·x| / Σ|ŵ·x| (what the mode approximates).
 uint64_t int8_digest = 14695981039346656037ull;  // FNV-1a over every case's q and d
 
+// The prefill tile kernel against double sums: tokens packed (16 to a block, the last block partial) and
+// a tile with fewer rows than kGemmRows, whose spare rows hold values that must not reach y.
+int gemm_case(std::mt19937& rng, int rows, int n, int cols) {
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  std::vector<float> w(size_t(kGemmRows) * cols), x(size_t(n) * cols);
+  for (float& v : w) v = uni(rng);
+  for (float& v : x) v = uni(rng);
+  PackedTokens xp;
+  pack_tokens(x.data(), n, cols, false, &xp);
+  const int ldy = rows + 3, r0 = 2;  // y rows wider than the tile, tile placed inside
+  std::vector<float> y(size_t(n) * ldy, -7.f);
+  gemm_tile(w.data(), rows, xp, y.data(), ldy, r0);
+  double worst = 0;
+  bool outside_ok = true;
+  for (int t = 0; t < n; ++t)
+    for (int c = 0; c < ldy; ++c) {
+      const float got = y[size_t(t) * ldy + c];
+      const int r = c - r0;
+      if (r < 0 || r >= rows) {
+        outside_ok = outside_ok && got == -7.f;
+        continue;
+      }
+      double want = 0;
+      for (int k = 0; k < cols; ++k) want += double(w[size_t(r) * cols + k]) * x[size_t(t) * cols + k];
+      worst = std::max(worst, std::fabs(got - want));
+    }
+  const bool ok = worst <= 1e-5 * cols && outside_ok;
+  std::printf("%-6s gemm rows=%d tokens=%-3d cols=%-4d max|err|=%.2e%s %s\n", simd_name(), rows, n, cols, worst,
+              outside_ok ? "" : " (wrote outside the tile)", ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols, DType scale_dtype) {
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   const int rows = 7, tokens = 7;
@@ -74,23 +130,7 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
   w.scale_dtype = scale_dtype;
   std::vector<uint8_t> data(size_t(rows) * w.row_bytes()), scales(size_t(rows) * w.scale_row_bytes()), biases(scales.size());
   for (auto& b : data) b = uint8_t(rng());
-  const size_t es = dtype_size(scale_dtype);
-  for (size_t i = 0; i < scales.size(); i += es) {
-    const float s = 0.05f * uni(rng), b = 0.3f * uni(rng);  // negative scales too
-    if (scale_dtype == DType::F32) {
-      std::memcpy(&scales[i], &s, 4);
-      std::memcpy(&biases[i], &b, 4);
-    } else if (scale_dtype == DType::BF16) {
-      const uint16_t hs = f32_to_bf16(s), hb = f32_to_bf16(b);
-      std::memcpy(&scales[i], &hs, 2);
-      std::memcpy(&biases[i], &hb, 2);
-    } else {  // F16: magnitudes 2^-7..2^-6 and 2^-4..2^-3, random signs
-      const uint16_t hs = uint16_t(0x2000 | (rng() & 0x3ff) | ((rng() & 1) << 15));
-      const uint16_t hb = uint16_t(0x2c00 | (rng() & 0x3ff) | ((rng() & 1) << 15));
-      std::memcpy(&scales[i], &hs, 2);
-      std::memcpy(&biases[i], &hb, 2);
-    }
-  }
+  fill_scales(rng, scale_dtype, &scales, &biases);
   w.data = {data.data()};
   w.scales = {scales.data()};
   w.biases = {biases.data()};
@@ -167,6 +207,9 @@ int main() {
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   const Case cases[] = {
       {DType::U32, 4, 64, 2048}, {DType::U32, 4, 32, 512}, {DType::U32, 4, 128, 1024}, {DType::U32, 4, 8, 96},
+      {DType::U32, 4, 64, 64},   {DType::U32, 4, 32, 192},  {DType::U32, 4, 64, 576},   {DType::U32, 4, 32, 32},
+      {DType::U32, 4, 32, 576},  {DType::U32, 4, 64, 2112, DType::F16}, {DType::U32, 4, 128, 2304, DType::F32},
+      {DType::U32, 8, 64, 512, DType::F16},
       {DType::U32, 8, 64, 2048}, {DType::U32, 8, 32, 512},  {DType::U32, 8, 16, 80},    {DType::BF16, 0, 0, 2048},
       {DType::BF16, 0, 0, 100},  {DType::F16, 0, 0, 520},    {DType::F32, 0, 0, 333},
   };
@@ -180,7 +223,7 @@ int main() {
     w.dtype = c.dtype;
     w.bits = c.bits;
     w.group_size = c.group_size;
-    w.scale_dtype = DType::BF16;
+    w.scale_dtype = c.scales;
     std::vector<uint8_t> data(size_t(rows) * w.row_bytes()), scales, biases;
     for (auto& b : data) b = uint8_t(rng());
     if (!w.quantized() && c.dtype != DType::F32) {  // keep values finite: random bf16/f16 bit patterns may be NaN
@@ -198,11 +241,7 @@ int main() {
     if (w.quantized()) {
       scales.resize(size_t(rows) * w.scale_row_bytes());
       biases.resize(scales.size());
-      for (size_t i = 0; i < scales.size(); i += 2) {
-        uint16_t s = f32_to_bf16(0.05f * uni(rng)), b = f32_to_bf16(0.3f * uni(rng));  // negative scales too
-        std::memcpy(&scales[i], &s, 2);
-        std::memcpy(&biases[i], &b, 2);
-      }
+      fill_scales(rng, c.scales, &scales, &biases);
       w.scales = {scales.data()};
       w.biases = {biases.data()};
     }
@@ -226,8 +265,8 @@ int main() {
     const double tol = 1e-5 * c.cols;
     const bool ok = worst <= tol;
     failures += !ok;
-    std::printf("%-6s %-4s bits=%d group=%-3d cols=%-4d max|err|=%.2e %s\n", simd_name(), dtype_name(c.dtype), c.bits,
-                c.group_size, c.cols, worst, ok ? "ok" : "FAIL");
+    std::printf("%-6s %-4s bits=%d group=%-3d cols=%-4d scales=%-4s max|err|=%.2e %s\n", simd_name(), dtype_name(c.dtype),
+                c.bits, c.group_size, c.cols, w.quantized() ? dtype_name(c.scales) : "-", worst, ok ? "ok" : "FAIL");
   }
   struct Int8Case {
     int bits, group_size, cols;
@@ -240,6 +279,9 @@ int main() {
   };
   for (int planes : {1, 2})
     for (const Int8Case& c : int8_cases) failures += int8_case(rng, planes, c.bits, c.group_size, c.cols, c.scales);
+  for (const int rows : {kGemmRows, 5})
+    for (const int n : {1, 3, 16, 17, 40})
+      for (const int cols : {64, 576}) failures += gemm_case(rng, rows, n, cols);
   std::printf("int8 activations digest %016llx\n", static_cast<unsigned long long>(int8_digest));
   std::printf("%d failures\n", failures);
   return failures ? 1 : 0;

@@ -77,22 +77,17 @@ void CpuBackend::linear(const LinearWeight& w, int64_t expert, const float* x, i
     return;
   }
   // Several rows of activations: dequantise a tile of weight rows once and reuse it for every token,
-  // in the column order the dequantiser produces fastest (the activations are reordered to match).
-  std::vector<float> reordered;
-  const float* xs = x;
-  if (uses_reordered_columns(w)) {
-    reordered.resize(size_t(n) * cols);
-    for (int t = 0; t < n; ++t) reorder_columns(x + size_t(t) * cols, cols, reordered.data() + size_t(t) * cols);
-    xs = reordered.data();
-  }
-  constexpr int kTile = 4;
-  pool_.parallel_for(size_t((rows + kTile - 1) / kTile), grain_for(size_t(kTile) * cols * n), [&](size_t b0, size_t b1) {
-    std::vector<float> tile(static_cast<size_t>(kTile * cols));
+  // in the column order the dequantiser produces fastest (the activations are packed in that order).
+  PackedTokens xp;
+  pack_tokens(x, n, cols, uses_reordered_columns(w), &xp);
+  const int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
+  pool_.parallel_for(size_t(tiles), grain_for(size_t(kGemmRows) * cols * n), [&](size_t b0, size_t b1) {
+    std::vector<float> tile(size_t(kGemmRows) * cols);  // in a last, short tile the spare rows are computed, then dropped
     for (size_t b = b0; b < b1; ++b) {
-      const int64_t r0 = int64_t(b) * kTile;
-      const int nr = int(std::min<int64_t>(kTile, rows - r0));
+      const int64_t r0 = int64_t(b) * kGemmRows;
+      const int nr = int(std::min<int64_t>(kGemmRows, rows - r0));
       for (int r = 0; r < nr; ++r) dequantize_row_reordered(w, row_of(w, expert, r0 + r), tile.data() + r * cols);
-      gemm_tile(tile.data(), nr, xs, n, cols, y, rows, r0);
+      gemm_tile(tile.data(), nr, xp, y, rows, r0);
     }
   });
 }

@@ -1,5 +1,6 @@
 #include "dot.h"
 
+#include <algorithm>
 #include <cstring>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -57,36 +58,98 @@ inline __m512 u8x16(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
 
 constexpr int kPrefetchBytes = 2048;
 
-// A 4-bit row against activations deinterleaved per 64 columns (the 32 even columns, then the 32 odd
-// ones, see deinterleave64): each packed byte holds an even column in its low nibble and the next odd
-// column in its high nibble, so masks and one shift unpack 64 weights without shuffles.
-float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, const float* gsum) {
-  const int gs = w.group_size;
-  const size_t groups = size_t(w.cols / gs);
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  __m512 total = _mm512_setzero_ps();
-  float bias_part = 0.f;
-  const uint8_t* q = row.data;
-  const float* x = xd;
-  for (size_t g = 0; g < groups; ++g) {
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    // Rows of a matrix are contiguous: fetching ahead keeps more memory requests in flight than the
-    // hardware prefetcher alone (decode is bound by how fast weights arrive).
-    _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
-    for (int i = 0; i < gs; i += 64, q += 32, x += 64) {
-      __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-      __m256i lo = _mm256_and_si256(b, low);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low);
-      acc0 = _mm512_fmadd_ps(u8x16(_mm256_castsi256_si128(lo)), _mm512_loadu_ps(x), acc0);
-      acc1 = _mm512_fmadd_ps(u8x16(_mm256_extracti128_si256(lo, 1)), _mm512_loadu_ps(x + 16), acc1);
-      acc0 = _mm512_fmadd_ps(u8x16(_mm256_castsi256_si128(hi)), _mm512_loadu_ps(x + 32), acc0);
-      acc1 = _mm512_fmadd_ps(u8x16(_mm256_extracti128_si256(hi, 1)), _mm512_loadu_ps(x + 48), acc1);
-    }
-    const float s = scale_at(w, row.scales, g), b = scale_at(w, row.biases, g);
-    total = _mm512_fmadd_ps(_mm512_set1_ps(s), _mm512_add_ps(acc0, acc1), total);
-    bias_part += b * gsum[g];
+// The 4-bit kernel reads a row in chunks of 128 columns (64 bytes; a last chunk may have 64). Dword i of a
+// chunk holds columns 8i..8i+7, one per nibble, so shifting the chunk right by 4k leaves column 8i+k in
+// the low bits of dword i, where vpermps looks up its value in a table of 0..15: a shift, a lookup and an
+// FMA per 16 weights, no widening. The activations are stored to match (reorder_columns): in each chunk of
+// width W, position k·(W/8) + i holds column 8i + k.
+inline __m512 nibble_values() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+
+// Up to 16 consecutive scales or biases (groups g.., `count` of them) as fp32 lanes; the rest are 0.
+inline __m512 group_values(const LinearWeight& w, const uint8_t* p, size_t g, int count) {
+  const __mmask16 m = __mmask16((1u << count) - 1);
+  switch (w.scale_dtype) {
+    case DType::F32: return _mm512_maskz_loadu_ps(m, p + 4 * g);
+    case DType::F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * g));
+    default: return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * g)), 16));
   }
-  return _mm512_reduce_add_ps(total) + bias_part;
+}
+
+// Σ q·x per lane over one 128-column chunk (lane i: columns 8i..8i+7).
+inline __m512 chunk_qdot(__m512i v, const float* x) {
+  const __m512 table = nibble_values();
+  __m512 a0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), _mm512_loadu_ps(x));
+  __m512 a1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), _mm512_loadu_ps(x + 16));
+  a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), table), _mm512_loadu_ps(x + 32), a0);
+  a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), table), _mm512_loadu_ps(x + 48), a1);
+  a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table), _mm512_loadu_ps(x + 64), a0);
+  a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), table), _mm512_loadu_ps(x + 80), a1);
+  a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), table), _mm512_loadu_ps(x + 96), a0);
+  a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), table), _mm512_loadu_ps(x + 112), a1);
+  return _mm512_add_ps(a0, a1);
+}
+
+// The 64-column last chunk: 8 lanes, the same lookups on 256-bit vectors (a two-source permute holds the
+// 16-entry table).
+inline __m256 nibble8(__m256i v, int k) {
+  const __m256 lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm256_permutex2var_ps(lo, _mm256_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), hi);
+}
+
+// Walks a 4-bit row in blocks of up to 16 groups, whose scales and biases sit in one register each;
+// `chunk(v, x, lane_group)` gets each 128-column chunk (v: 64 bytes) with the group index of every lane
+// (lane i: columns 8i..8i+7), `tail(v, x, lane_group)` the 64-column last chunk if any (v: 32 bytes; its
+// 8 lanes are the low ones of lane_group).
+template <class Block, class Chunk, class Tail>
+inline void for_q4_chunks(const LinearWeight& w, const Row& row, Block block, Chunk chunk, Tail tail) {
+  const int gs = w.group_size;
+  const int64_t groups = w.cols / gs;
+  const __m512i per_chunk = _mm512_set1_epi32(128 / gs);
+  const __m512i first = _mm512_srl_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm_cvtsi32_si128(__builtin_ctz(unsigned(gs)) - 3));
+  const uint8_t* q = row.data;
+  // The scales and biases are streams of their own, as far ahead in them as kPrefetchBytes is in the data.
+  const size_t scale_bytes = w.scale_dtype == DType::F32 ? 4 : 2;
+  const size_t scale_ahead = kPrefetchBytes * 2 * scale_bytes / size_t(gs);
+  int64_t col = 0;
+  for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+    const int count = int(std::min<int64_t>(16, groups - g0));
+    const size_t at = size_t(g0) * scale_bytes + scale_ahead;
+    _mm_prefetch(reinterpret_cast<const char*>(row.scales) + at, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(row.biases) + at, _MM_HINT_T0);
+    block(size_t(g0), count);
+    const int64_t end = col + int64_t(count) * gs;
+    __m512i lane_group = first;
+    for (; col + 128 <= end; col += 128, q += 64, lane_group = _mm512_add_epi32(lane_group, per_chunk)) {
+      // Rows of a matrix are contiguous: fetching ahead keeps more memory requests in flight than the
+      // hardware prefetcher alone (decode is bound by how fast weights arrive).
+      _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
+      chunk(_mm512_loadu_si512(q), col, lane_group);
+    }
+    if (col < end) tail(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)), col, lane_group);
+  }
+}
+
+float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, const float* gsum) {
+  __m512 total = _mm512_setzero_ps(), bias_total = _mm512_setzero_ps(), scales = total;
+  __m256 tail_total = _mm256_setzero_ps();
+  for_q4_chunks(
+      w, row,
+      [&](size_t g, int count) {
+        scales = group_values(w, row.scales, g, count);
+        const __m512 gs = _mm512_maskz_loadu_ps(__mmask16((1u << count) - 1), gsum + g);
+        bias_total = _mm512_fmadd_ps(group_values(w, row.biases, g, count), gs, bias_total);
+      },
+      [&](__m512i v, int64_t col, __m512i lane_group) {
+        total = _mm512_fmadd_ps(_mm512_permutexvar_ps(lane_group, scales), chunk_qdot(v, xd + col), total);
+      },
+      [&](__m256i v, int64_t col, __m512i lane_group) {
+        const float* x = xd + col;
+        __m256 a = _mm256_mul_ps(nibble8(v, 0), _mm256_loadu_ps(x));
+        for (int k = 1; k < 8; ++k) a = _mm256_fmadd_ps(nibble8(v, k), _mm256_loadu_ps(x + 8 * k), a);
+        tail_total = _mm256_mul_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales)), a);
+      });
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(total, bias_total), _mm512_castps256_ps512(tail_total)));
 }
 
 float dot_row_q8_avx512(const LinearWeight& w, const Row& row, const float* x, const float* gsum) {
@@ -165,7 +228,7 @@ inline float group_qdot(const uint8_t* q, const float* x, int gs, int bits) {
 namespace {
 bool q4_fast_path(const LinearWeight& w) {
 #if MOELENS_AVX512
-  return w.bits == 4 && w.group_size % 64 == 0;
+  return w.bits == 4 && (w.group_size == 32 || w.group_size == 64 || w.group_size == 128) && w.cols % 64 == 0;
 #else
   return false;
 #endif
@@ -175,32 +238,35 @@ bool q4_fast_path(const LinearWeight& w) {
 bool uses_reordered_columns(const LinearWeight& w) { return q4_fast_path(w); }
 
 void reorder_columns(const float* x, int64_t cols, float* out) {
-  for (int64_t b = 0; b < cols; b += 64)
-    for (int i = 0; i < 32; ++i) {
-      out[b + i] = x[b + 2 * i];
-      out[b + 32 + i] = x[b + 2 * i + 1];
-    }
+  for (int64_t c = 0; c < cols; c += 128) {
+    const int lanes = int(std::min<int64_t>(128, cols - c) / 8);
+    for (int k = 0; k < 8; ++k)
+      for (int i = 0; i < lanes; ++i) out[c + k * lanes + i] = x[c + 8 * i + k];
+  }
 }
 
 void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out) {
 #if MOELENS_AVX512
   if (q4_fast_path(w)) {
-    const int gs = w.group_size;
-    const __m256i low = _mm256_set1_epi8(0x0F);
-    const uint8_t* q = row.data;
-    for (int64_t g = 0; g < w.cols / gs; ++g) {
-      const __m512 s = _mm512_set1_ps(scale_at(w, row.scales, size_t(g)));
-      const __m512 b = _mm512_set1_ps(scale_at(w, row.biases, size_t(g)));
-      for (int i = 0; i < gs; i += 64, q += 32, out += 64) {
-        __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-        __m256i lo = _mm256_and_si256(v, low);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        _mm512_storeu_ps(out, _mm512_fmadd_ps(s, u8x16(_mm256_castsi256_si128(lo)), b));
-        _mm512_storeu_ps(out + 16, _mm512_fmadd_ps(s, u8x16(_mm256_extracti128_si256(lo, 1)), b));
-        _mm512_storeu_ps(out + 32, _mm512_fmadd_ps(s, u8x16(_mm256_castsi256_si128(hi)), b));
-        _mm512_storeu_ps(out + 48, _mm512_fmadd_ps(s, u8x16(_mm256_extracti128_si256(hi, 1)), b));
-      }
-    }
+    const __m512 table = nibble_values();
+    __m512 scales = table, biases = table;
+    for_q4_chunks(
+        w, row,
+        [&](size_t g, int count) {
+          scales = group_values(w, row.scales, g, count);
+          biases = group_values(w, row.biases, g, count);
+        },
+        [&](__m512i v, int64_t col, __m512i lane_group) {
+          const __m512 s = _mm512_permutexvar_ps(lane_group, scales), b = _mm512_permutexvar_ps(lane_group, biases);
+          for (int k = 0; k < 8; ++k)
+            _mm512_storeu_ps(out + col + 16 * k,
+                             _mm512_fmadd_ps(s, _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), table), b));
+        },
+        [&](__m256i v, int64_t col, __m512i lane_group) {
+          const __m256 s = _mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales));
+          const __m256 b = _mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, biases));
+          for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + col + 8 * k, _mm256_fmadd_ps(s, nibble8(v, k), b));
+        });
     return;
   }
   if (w.quantized() && w.bits == 8 && w.group_size % 16 == 0) {

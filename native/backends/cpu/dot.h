@@ -43,9 +43,11 @@ float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in);
 // Writes the row as fp32.
 void dequantize_row(const LinearWeight& w, const Row& row, float* out);
 
-// The column order the SIMD kernels use for `w`: for 4-bit on AVX-512, even then odd columns within each
-// block of 64 (how the nibbles are packed). Rows of activations in that order come from reorder_columns,
-// and dequantize_row_reordered writes weight rows in it, so their dot products are unchanged.
+// The column order the SIMD kernels use for `w`. For 4-bit on AVX-512 (group size 32, 64 or 128, columns a
+// multiple of 64): in each chunk of 128 columns (or a last one of 64), position k·(width/8) + i holds
+// column 8i + k, the order in which shifting the packed words exposes the nibbles. Rows of activations in
+// that order come from reorder_columns, and dequantize_row_reordered writes weight rows in it, so their
+// dot products are unchanged.
 bool uses_reordered_columns(const LinearWeight& w);
 void reorder_columns(const float* x, int64_t cols, float* out);
 void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out);

@@ -1,5 +1,7 @@
 #include "gemm.h"
 
+#include <algorithm>
+
 #include "dot.h"
 
 #if defined(__AVX512F__)
@@ -9,71 +11,62 @@
 
 namespace moelens::cpu {
 
-#if MOELENS_AVX512
 namespace {
 
-// R weight rows x T activation rows over columns [k0, k1), 16 per step; stores into y when `first`,
-// adds otherwise.
-template <int R, int T>
-void micro(const float* w, const float* x, int64_t cols, int64_t k0, int64_t k1, float* y, int64_t ldy, int64_t r0,
-           bool first) {
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t k = k0; k < k1; k += 16) {
-    __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w + r * cols + k);
-    for (int t = 0; t < T; ++t) {
-      __m512 xv = _mm512_loadu_ps(x + t * cols + k);
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      const float v = _mm512_reduce_add_ps(acc[r][t]);
-      float& out = y[t * ldy + r0 + r];
-      out = first ? v : out + v;
-    }
-}
-
-// Columns in slices whose part of the weight tile (R x kSlice floats) stays in L1 while every token
-// block streams past it.
+// Columns in slices: a slice of the weight tile (8 × 256 floats) and of a token block (256 × 16) stay in
+// L1 while the slice is summed, and each slice's partial sums are added separately, which keeps fp32
+// rounding close to that of the decode kernels' split sums.
 constexpr int64_t kSlice = 256;
 
-template <int R>
-void rows_block(const float* w, const float* x, int n, int64_t cols, float* y, int64_t ldy, int64_t r0) {
-  for (int64_t k0 = 0; k0 < cols; k0 += kSlice) {
-    const int64_t k1 = k0 + kSlice < cols ? k0 + kSlice : cols;
-    const bool first = k0 == 0;
-    int t = 0;
-    for (; t + 4 <= n; t += 4) micro<R, 4>(w, x + t * cols, cols, k0, k1, y + t * ldy, ldy, r0, first);
-    // The last 1-3 tokens in one pass, so each weight vector is loaded once for all of them.
-    switch (n - t) {
-      case 3: micro<R, 3>(w, x + t * cols, cols, k0, k1, y + t * ldy, ldy, r0, first); break;
-      case 2: micro<R, 2>(w, x + t * cols, cols, k0, k1, y + t * ldy, ldy, r0, first); break;
-      case 1: micro<R, 1>(w, x + t * cols, cols, k0, k1, y + t * ldy, ldy, r0, first); break;
-      default: break;
-    }
+// acc[r][j] += Σ_{k in [k0, k1)} w[r, k] · x[j, k] for one token block.
+void slice_sums(const float* w, int64_t cols, const float* xb, int64_t k0, int64_t k1, float acc[kGemmRows][kGemmTokens]) {
+#if MOELENS_AVX512
+  __m512 a[kGemmRows];
+  for (int r = 0; r < kGemmRows; ++r) a[r] = _mm512_setzero_ps();
+  for (int64_t k = k0; k < k1; ++k) {
+    const __m512 xv = _mm512_loadu_ps(xb + k * kGemmTokens);
+    for (int r = 0; r < kGemmRows; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[r * cols + k]), xv, a[r]);
   }
+  for (int r = 0; r < kGemmRows; ++r) _mm512_storeu_ps(acc[r], _mm512_add_ps(_mm512_loadu_ps(acc[r]), a[r]));
+#else
+  for (int r = 0; r < kGemmRows; ++r) {
+    float a[kGemmTokens] = {};
+    for (int64_t k = k0; k < k1; ++k)
+      for (int j = 0; j < kGemmTokens; ++j) a[j] += w[r * cols + k] * xb[k * kGemmTokens + j];
+    for (int j = 0; j < kGemmTokens; ++j) acc[r][j] += a[j];
+  }
+#endif
 }
 
 }  // namespace
-#endif
 
-void gemm_tile(const float* w, int rows, const float* x, int n, int64_t cols, float* y, int64_t ldy, int64_t r0) {
-#if MOELENS_AVX512
-  if (cols % 16 == 0) {
-    switch (rows) {
-      case 4: return rows_block<4>(w, x, n, cols, y, ldy, r0);
-      case 3: return rows_block<3>(w, x, n, cols, y, ldy, r0);
-      case 2: return rows_block<2>(w, x, n, cols, y, ldy, r0);
-      case 1: return rows_block<1>(w, x, n, cols, y, ldy, r0);
-      default: break;
+void pack_tokens(const float* x, int n, int64_t cols, bool reorder, PackedTokens* out) {
+  out->n = n;
+  out->cols = cols;
+  out->data.assign(size_t(out->blocks()) * size_t(cols) * kGemmTokens, 0.f);
+  std::vector<float> row(reorder ? size_t(cols) : 0);
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + size_t(t) * size_t(cols);
+    if (reorder) {
+      reorder_columns(xt, cols, row.data());
+      xt = row.data();
+    }
+    float* dst = out->data.data() + size_t(t / kGemmTokens) * size_t(cols) * kGemmTokens + t % kGemmTokens;
+    for (int64_t k = 0; k < cols; ++k) dst[k * kGemmTokens] = xt[k];
+  }
+}
+
+void gemm_tile(const float* w, int rows, const PackedTokens& x, float* y, int64_t ldy, int64_t r0) {
+  const int64_t cols = x.cols;
+  for (int b = 0; b < x.blocks(); ++b) {
+    float acc[kGemmRows][kGemmTokens] = {};
+    for (int64_t k0 = 0; k0 < cols; k0 += kSlice) slice_sums(w, cols, x.block(b), k0, std::min(cols, k0 + kSlice), acc);
+    const int tokens = std::min(kGemmTokens, x.n - b * kGemmTokens);
+    for (int j = 0; j < tokens; ++j) {
+      float* out = y + (int64_t(b) * kGemmTokens + j) * ldy + r0;
+      for (int r = 0; r < rows; ++r) out[r] = acc[r][j];
     }
   }
-#endif
-  for (int r = 0; r < rows; ++r)
-    for (int t = 0; t < n; ++t) y[t * ldy + r0 + r] = dot_f32(w + r * cols, x + t * cols, cols);
 }
 
 }  // namespace moelens::cpu
