@@ -117,6 +117,25 @@ int gemm_case(std::mt19937& rng, int rows, int n, int cols) {
   return ok ? 0 : 1;
 }
 
+// Attention's weighted sum of value rows (strided, as in the KV cache) against double sums.
+int weighted_rows_case(std::mt19937& rng, int count, int dim) {
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const int stride = dim + 48;
+  std::vector<float> p(static_cast<size_t>(count)), rows(size_t(count) * stride), out(size_t(dim) + 1, -7.f);
+  for (float& v : p) v = uni(rng);
+  for (float& v : rows) v = uni(rng);
+  weighted_rows_sum(p.data(), rows.data(), stride, count, dim, out.data());
+  double worst = 0;
+  for (int d = 0; d < dim; ++d) {
+    double want = 0;
+    for (int j = 0; j < count; ++j) want += double(p[size_t(j)]) * rows[size_t(j) * stride + d];
+    worst = std::max(worst, std::fabs(out[size_t(d)] - want));
+  }
+  const bool ok = worst <= 1e-5 * count && out[size_t(dim)] == -7.f;
+  std::printf("%-6s weighted rows count=%-3d dim=%-3d max|err|=%.2e %s\n", simd_name(), count, dim, worst, ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols, DType scale_dtype) {
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   const int rows = 7, tokens = 7;
@@ -282,6 +301,7 @@ int main() {
   for (const int rows : {kGemmRows, 5})
     for (const int n : {1, 3, 16, 17, 40})
       for (const int cols : {64, 576}) failures += gemm_case(rng, rows, n, cols);
+  for (const int dim : {16, 64, 200, 256}) failures += weighted_rows_case(rng, 37, dim);
   std::printf("int8 activations digest %016llx\n", static_cast<unsigned long long>(int8_digest));
   std::printf("%d failures\n", failures);
   return failures ? 1 : 0;

@@ -63,11 +63,8 @@ void CpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
       float sum = 0.f;
       for (int j = 0; j < len; ++j) sum += (p[j] = std::exp(p[j] - mx));
       float* o = f32(out) + (size_t(t) * H + h) * D;
-      std::fill(o, o + D, 0.f);
-      for (int j = 0; j < len; ++j) {
-        p[j] /= sum;
-        axpy(p[j], f32(v_cache) + size_t(j) * kv_width + kvh * D, o, D);
-      }
+      for (int j = 0; j < len; ++j) p[j] /= sum;
+      weighted_rows_sum(p.data(), f32(v_cache) + kvh * D, kv_width, len, D, o);
       if (gate) {
         const float* g = f32(gate) + (size_t(t) * H + h) * D;
         for (int d = 0; d < D; ++d) o[d] *= sigmoid(g[d]);

@@ -61,27 +61,43 @@ void CpuBackend::scale(View x, float s, size_t count) {
   for (size_t i = 0; i < count; ++i) p[i] *= s;
 }
 
-void CpuBackend::linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y) {
-  if (int8(w)) {
-    Int8Input in;
-    quantize(w, x, n, &in);
-    return linear_int8(w, expert, in, y);
+void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* x, int n) {
+  std::vector<std::unique_ptr<Int8Input>> quantized;
+  size_t packs_used = 0;
+  for (const LinearJob& j : jobs) {
+    const LinearWeight& w = *j.w;
+    if (int8(w)) {
+      auto q = std::find_if(quantized.begin(), quantized.end(), [&](const auto& in) { return in->fits(w); });
+      if (q == quantized.end()) {
+        quantized.push_back(std::make_unique<Int8Input>());
+        quantize(w, x, n, quantized.back().get());
+        q = quantized.end() - 1;
+      }
+      linear_int8(w, j.expert, **q, j.y);
+    } else if (n == 1) {
+      PreparedInput in;
+      prepare_input(w, x, &in);
+      pool_.parallel_for(size_t(w.rows), grain_for(size_t(w.cols)), [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) j.y[r] = dot_row(w, row_of(w, j.expert, int64_t(r)), in);
+      });
+    } else {
+      auto p = std::find_if(packs_.begin(), packs_.begin() + ptrdiff_t(packs_used), [&](const PackedTokens& pt) { return pt.fits(w); });
+      if (p == packs_.begin() + ptrdiff_t(packs_used)) {
+        if (packs_used == packs_.size()) packs_.emplace_back();
+        p = packs_.begin() + ptrdiff_t(packs_used++);
+        pack_tokens(x, n, w.cols, uses_reordered_columns(w), &*p);
+      }
+      linear_packed(w, j.expert, *p, j.y);
+    }
   }
+}
+
+// Prefill: dequantise a tile of weight rows once and reuse it for every token, in the column order the
+// dequantiser produces fastest (the activations were packed in that order).
+void CpuBackend::linear_packed(const LinearWeight& w, int64_t expert, const PackedTokens& xp, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
-  if (n == 1) {
-    PreparedInput in;
-    prepare_input(w, x, &in);
-    pool_.parallel_for(size_t(rows), grain_for(size_t(cols)), [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, expert, int64_t(r)), in);
-    });
-    return;
-  }
-  // Several rows of activations: dequantise a tile of weight rows once and reuse it for every token,
-  // in the column order the dequantiser produces fastest (the activations are packed in that order).
-  PackedTokens xp;
-  pack_tokens(x, n, cols, uses_reordered_columns(w), &xp);
   const int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
-  pool_.parallel_for(size_t(tiles), grain_for(size_t(kGemmRows) * cols * n), [&](size_t b0, size_t b1) {
+  pool_.parallel_for(size_t(tiles), grain_for(size_t(kGemmRows) * cols * xp.n), [&](size_t b0, size_t b1) {
     std::vector<float> tile(size_t(kGemmRows) * cols);  // in a last, short tile the spare rows are computed, then dropped
     for (size_t b = b0; b < b1; ++b) {
       const int64_t r0 = int64_t(b) * kGemmRows;
@@ -123,6 +139,11 @@ void CpuBackend::matmul(const Weight& weight, View x, int n, View out) {
 }
 
 void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
+  if (n != 1) {
+    std::vector<LinearJob> linear_jobs;
+    for (const MatmulJob& j : jobs) linear_jobs.push_back({&static_cast<const CpuWeight*>(j.weight)->w, 0, f32(j.out)});
+    return linear_shared(linear_jobs, f32(x), n);
+  }
   // int8 precision: the activations are quantised once per layout and shared by the jobs of that layout.
   std::vector<std::unique_ptr<Int8Input>> quantized;
   auto int8_input = [&](const LinearWeight& w) -> const Int8Input* {
@@ -133,14 +154,6 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
     quantize(w, f32(x), n, quantized.back().get());
     return quantized.back().get();
   };
-  if (n != 1) {
-    for (const MatmulJob& j : jobs) {
-      const LinearWeight& w = static_cast<const CpuWeight*>(j.weight)->w;
-      if (const Int8Input* q = int8_input(w)) linear_int8(w, 0, *q, f32(j.out));
-      else matmul(*j.weight, x, n, j.out);
-    }
-    return;
-  }
   // Decode: one parallel loop over the rows of every matrix.
   std::vector<PreparedInput> in(jobs.size());
   std::vector<const Int8Input*> in8(jobs.size());
@@ -258,8 +271,7 @@ void CpuBackend::add_shared_expert(const SharedExpert& sh, const float* x, int n
   shared_g_.resize(size_t(n) * I);
   shared_u_.resize(size_t(n) * I);
   shared_y_.resize(size_t(n) * H);
-  linear(G, 0, x, n, shared_g_.data());
-  linear(U, 0, x, n, shared_u_.data());
+  linear_shared({{&G, 0, shared_g_.data()}, {&U, 0, shared_u_.data()}}, x, n);
   for (size_t i = 0; i < shared_g_.size(); ++i) shared_g_[i] = silu(shared_g_[i]) * shared_u_[i];
   linear(D, 0, shared_g_.data(), n, shared_y_.data());
   for (int t = 0; t < n; ++t) axpy(sh.scale * sigmoid(f32(sh.gate_logit)[t]), &shared_y_[size_t(t) * H], out + size_t(t) * H, H);
@@ -289,8 +301,6 @@ void CpuBackend::moe_experts_grouped(const LinearWeight& G, const LinearWeight& 
       by_expert[size_t(e)].push_back({t, weights[size_t(t) * k + s]});
     }
   std::vector<float> xin, g, u, y;
-  Int8Input xin8;
-  if (int8(G)) xin8.init(G, 0, planes());  // sets the layout fits() compares
   for (size_t e = 0; e < by_expert.size(); ++e) {
     const auto& list = by_expert[e];
     if (list.empty()) continue;
@@ -300,14 +310,7 @@ void CpuBackend::moe_experts_grouped(const LinearWeight& G, const LinearWeight& 
     g.resize(size_t(m) * I);
     u.resize(size_t(m) * I);
     y.resize(size_t(m) * H);
-    if (int8(G) && int8(U) && xin8.fits(U)) {  // int8 precision: gate and up share the quantised tokens
-      quantize(G, xin.data(), m, &xin8);
-      linear_int8(G, int64_t(e), xin8, g.data());
-      linear_int8(U, int64_t(e), xin8, u.data());
-    } else {
-      linear(G, int64_t(e), xin.data(), m, g.data());
-      linear(U, int64_t(e), xin.data(), m, u.data());
-    }
+    linear_shared({{&G, int64_t(e), g.data()}, {&U, int64_t(e), u.data()}}, xin.data(), m);
     for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
     linear(D, int64_t(e), g.data(), m, y.data());
     for (int j = 0; j < m; ++j) axpy(list[j].second, &y[size_t(j) * H], o + size_t(list[j].first) * H, H);

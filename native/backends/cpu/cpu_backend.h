@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../../core/backend.h"
+#include "gemm.h"
 #include "int8.h"
 #include "thread_pool.h"
 
@@ -72,7 +73,16 @@ class CpuBackend final : public Backend {
 
  private:
   // y[n, rows] = x[n, cols] · W_eᵀ for expert e (0 for plain matrices).
-  void linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y);
+  struct LinearJob {
+    const LinearWeight* w;
+    int64_t expert;
+    float* y;
+  };
+  void linear(const LinearWeight& w, int64_t expert, const float* x, int n, float* y) { linear_shared({{&w, expert, y}}, x, n); }
+  // Several weights against the same x: x is quantised (int8 precision) or packed for the prefill tiles
+  // once per layout, not once per weight.
+  void linear_shared(const std::vector<LinearJob>& jobs, const float* x, int n);
+  void linear_packed(const LinearWeight& w, int64_t expert, const cpu::PackedTokens& x, float* y);
   // Whether `w`'s matmuls run on the integer kernels (precision int8 or int16); `in` holds x quantised for w.
   bool int8(const LinearWeight& w) const { return precision_ != cpu::Precision::F32 && cpu::int8_supported(w); }
   int planes() const { return cpu::activation_planes(precision_); }
@@ -89,6 +99,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   cpu::Precision precision_;
   std::vector<float> shared_g_, shared_u_, shared_y_;  // the shared expert's work rows, reused
+  std::vector<cpu::PackedTokens> packs_;                // linear_shared's packed activations, reused
 };
 
 // Iterations per parallel chunk so that each chunk carries at least ~32K multiply-adds: below that,

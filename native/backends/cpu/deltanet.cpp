@@ -1,8 +1,13 @@
 // Gated DeltaNet kernels of the CPU backend: causal conv + SiLU, the gated delta rule (recurrent form,
 // fp32 state), and the gated RMSNorm. Math: model-reference.md §2.3.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "activations.h"
 #include "cpu_backend.h"
@@ -14,6 +19,71 @@ using namespace cpu;
 
 namespace {
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch's threshold
+
+// One token of the gated delta rule on one head's state S (Dk rows of Dv):
+//   m = decay·Sᵀk;  δ = β(v − m);  S = decay·S + k⊗δ;  o = Sᵀq
+// in two passes over S (the first only reads it). Returns |S|² after the update.
+float delta_step_generic(float* S, int Dk, int Dv, const float* q, const float* k, const float* v, float beta,
+                         float decay, float* m, float* delta, float* o) {
+  std::fill(m, m + Dv, 0.f);
+  for (int i = 0; i < Dk; ++i)
+    for (int j = 0; j < Dv; ++j) m[j] += k[i] * S[size_t(i) * Dv + j];
+  for (int j = 0; j < Dv; ++j) delta[j] = beta * (v[j] - decay * m[j]);
+  std::fill(o, o + Dv, 0.f);
+  float norm2 = 0.f;
+  for (int i = 0; i < Dk; ++i) {
+    float* Si = S + size_t(i) * Dv;
+    for (int j = 0; j < Dv; ++j) {
+      Si[j] = decay * Si[j] + k[i] * delta[j];
+      o[j] += q[i] * Si[j];
+      norm2 += Si[j] * Si[j];
+    }
+  }
+  return norm2;
+}
+
+#if defined(__AVX512F__)
+// The same with m, δ, o and |S|² in registers: V vectors of 16 columns (Dv = 16·V).
+template <int V>
+float delta_step_avx512(float* S, int Dk, const float* q, const float* k, const float* v, float beta, float decay, float* o) {
+  __m512 acc[V], d[V];
+  for (int c = 0; c < V; ++c) acc[c] = _mm512_setzero_ps();
+  for (int i = 0; i < Dk; ++i) {
+    const __m512 ki = _mm512_set1_ps(k[i]);
+    for (int c = 0; c < V; ++c) acc[c] = _mm512_fmadd_ps(ki, _mm512_loadu_ps(S + size_t(i) * 16 * V + 16 * c), acc[c]);
+  }
+  const __m512 b = _mm512_set1_ps(beta), g = _mm512_set1_ps(decay);
+  for (int c = 0; c < V; ++c) {
+    d[c] = _mm512_mul_ps(b, _mm512_fnmadd_ps(g, acc[c], _mm512_loadu_ps(v + 16 * c)));
+    acc[c] = _mm512_setzero_ps();
+  }
+  __m512 norm2 = _mm512_setzero_ps();
+  for (int i = 0; i < Dk; ++i) {
+    float* Si = S + size_t(i) * 16 * V;
+    const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+    for (int c = 0; c < V; ++c) {
+      const __m512 s = _mm512_fmadd_ps(g, _mm512_loadu_ps(Si + 16 * c), _mm512_mul_ps(ki, d[c]));
+      _mm512_storeu_ps(Si + 16 * c, s);
+      acc[c] = _mm512_fmadd_ps(qi, s, acc[c]);
+      norm2 = _mm512_fmadd_ps(s, s, norm2);
+    }
+  }
+  for (int c = 0; c < V; ++c) _mm512_storeu_ps(o + 16 * c, acc[c]);
+  return _mm512_reduce_add_ps(norm2);
+}
+#endif
+
+float delta_step(float* S, int Dk, int Dv, const float* q, const float* k, const float* v, float beta, float decay,
+                 float* m, float* delta, float* o) {
+#if defined(__AVX512F__)
+  switch (Dv) {
+    case 64: return delta_step_avx512<4>(S, Dk, q, k, v, beta, decay, o);
+    case 128: return delta_step_avx512<8>(S, Dk, q, k, v, beta, decay, o);
+    default: break;
+  }
+#endif
+  return delta_step_generic(S, Dk, Dv, q, k, v, beta, decay, m, delta, o);
+}
 }  // namespace
 
 void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels, int kernel, View out) {
@@ -23,20 +93,26 @@ void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels
   const float* w = f32(weights);
   float* o = f32(out);
   // Row r of the stream [state ; x]: r < past comes from the state.
-  auto stream = [&](int r, int c) { return r < past ? st[size_t(r) * channels + c] : xs[size_t(r - past) * channels + c]; };
+  auto stream = [&](int r) { return r < past ? st + size_t(r) * channels : xs + size_t(r - past) * channels; };
   pool_.parallel_for(size_t(channels), grain_for(size_t(n) * kernel), [&](size_t c0, size_t c1) {
-    for (size_t c = c0; c < c1; ++c) {
-      const float* wc = w + c * kernel;
-      for (int t = 0; t < n; ++t) {
-        float acc = 0.f;
-        for (int j = 0; j < kernel; ++j) acc += wc[j] * stream(t + j, int(c));
-        o[size_t(t) * channels + c] = silu(acc);
+    const int width = int(c1 - c0);
+    // Token by token across the chunk's channels (rows are contiguous), with the taps transposed to match.
+    std::vector<float> taps(size_t(kernel) * width);
+    for (int c = 0; c < width; ++c)
+      for (int j = 0; j < kernel; ++j) taps[size_t(j) * width + c] = w[(c0 + c) * kernel + j];
+    for (int t = 0; t < n; ++t) {
+      float* oc = o + size_t(t) * channels + c0;
+      for (int c = 0; c < width; ++c) oc[c] = 0.f;
+      for (int j = 0; j < kernel; ++j) {
+        const float* src = stream(t + j) + c0;
+        const float* tap = taps.data() + size_t(j) * width;
+        for (int c = 0; c < width; ++c) oc[c] += tap[c] * src[c];
       }
-      // The new state: the last `past` rows of the stream (raw, pre-conv inputs).
-      float keep[16];
-      for (int j = 0; j < past; ++j) keep[j] = stream(n + j, int(c));
-      for (int j = 0; j < past; ++j) st[size_t(j) * channels + c] = keep[j];
+      for (int c = 0; c < width; ++c) oc[c] = silu(oc[c]);
     }
+    // The new state: the last `past` rows of the stream (raw, pre-conv inputs). Row j moves from row
+    // n + j >= j, so going up never overwrites a row still to be read.
+    for (int j = 0; j < past; ++j) std::memmove(st + size_t(j) * channels + c0, stream(n + j) + c0, size_t(width) * 4);
   });
 }
 
@@ -67,23 +143,8 @@ void CpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
         const float beta = 1.0f / (1.0f + std::exp(-f32(b)[size_t(t) * Hv + hv]));
         const float g = neg_A * softplus(f32(a)[size_t(t) * Hv + hv] + f32(dt_bias)[hv]);
         const float decay = std::exp(g);
-        // S = decay·S; m = Sᵀk; δ = β(v − m); S += k⊗δ; o = Sᵀq
-        std::fill(m.begin(), m.end(), 0.f);
-        for (int i = 0; i < Dk; ++i) {
-          float* Si = S + size_t(i) * Dv;
-          for (int j = 0; j < Dv; ++j) Si[j] *= decay;
-          axpy(k[i], Si, m.data(), Dv);
-        }
-        for (int j = 0; j < Dv; ++j) delta[j] = beta * (vr[j] - m[j]);
         float* o = f32(out) + size_t(t) * Hv * Dv + hv * Dv;
-        std::fill(o, o + Dv, 0.f);
-        float norm2 = 0.f;
-        for (int i = 0; i < Dk; ++i) {
-          float* Si = S + size_t(i) * Dv;
-          axpy(k[i], delta.data(), Si, Dv);
-          axpy(q[i], Si, o, Dv);
-          if (trace.state_norm) norm2 += dot_f32(Si, Si, Dv);
-        }
+        const float norm2 = delta_step(S, Dk, Dv, q.data(), k.data(), vr, beta, decay, m.data(), delta.data(), o);
         if (trace.beta) f32(trace.beta)[size_t(t) * Hv + hv] = beta;
         if (trace.decay) f32(trace.decay)[size_t(t) * Hv + hv] = decay;
         if (trace.state_norm) f32(trace.state_norm)[size_t(t) * Hv + hv] = std::sqrt(norm2);

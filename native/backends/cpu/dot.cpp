@@ -305,7 +305,18 @@ void prepare_input(const LinearWeight& w, const float* x, PreparedInput* in) {
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
-#if MOELENS_AVX2
+#if MOELENS_AVX512
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  if (i + 16 <= n) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    i += 16;
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif MOELENS_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
@@ -321,6 +332,34 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 #endif
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+#if MOELENS_AVX512
+namespace {
+// Columns [d0, d0 + 16·V) of weighted_rows_sum.
+template <int V>
+void weighted_rows_block(const float* weights, const float* rows, int64_t stride, int count, int64_t d0, float* out) {
+  __m512 acc[V];
+  for (int c = 0; c < V; ++c) acc[c] = _mm512_setzero_ps();
+  for (int j = 0; j < count; ++j) {
+    const __m512 p = _mm512_set1_ps(weights[j]);
+    const float* row = rows + size_t(j) * size_t(stride) + d0;
+    for (int c = 0; c < V; ++c) acc[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(row + 16 * c), acc[c]);
+  }
+  for (int c = 0; c < V; ++c) _mm512_storeu_ps(out + d0 + 16 * c, acc[c]);
+}
+}  // namespace
+#endif
+
+void weighted_rows_sum(const float* weights, const float* rows, int64_t stride, int count, int64_t dim, float* out) {
+  int64_t d = 0;
+#if MOELENS_AVX512
+  for (; d + 128 <= dim; d += 128) weighted_rows_block<8>(weights, rows, stride, count, d, out);
+  for (; d + 16 <= dim; d += 16) weighted_rows_block<1>(weights, rows, stride, count, d, out);
+#endif
+  if (d == dim) return;
+  std::fill(out + d, out + dim, 0.f);
+  for (int j = 0; j < count; ++j) axpy(weights[j], rows + size_t(j) * size_t(stride) + d, out + d, dim - d);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) {

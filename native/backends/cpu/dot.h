@@ -53,6 +53,9 @@ void reorder_columns(const float* x, int64_t cols, float* out);
 void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out);
 
 float dot_f32(const float* a, const float* b, int64_t n);
+// out[0, dim) = Σ_j weights[j] · rows[j·stride + (0, dim)] (attention's probabilities times values), summed in
+// registers rather than through out.
+void weighted_rows_sum(const float* weights, const float* rows, int64_t stride, int count, int64_t dim, float* out);
 // y += a * x
 void axpy(float a, const float* x, float* y, int64_t n);
 

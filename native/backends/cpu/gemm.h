@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "dot.h"
+
 namespace moelens::cpu {
 
 constexpr int kGemmTokens = 16;  // tokens per packed block (one 512-bit vector of fp32)
@@ -17,7 +19,9 @@ constexpr int kGemmRows = 8;     // weight rows per tile
 struct PackedTokens {
   int n = 0;
   int64_t cols = 0;
+  bool reordered = false;  // columns in the 4-bit kernels' order
   std::vector<float> data;
+  bool fits(const LinearWeight& w) const { return cols == w.cols && reordered == uses_reordered_columns(w); }
   int blocks() const { return (n + kGemmTokens - 1) / kGemmTokens; }
   const float* block(int b) const { return data.data() + size_t(b) * size_t(cols) * kGemmTokens; }
 };
