@@ -63,7 +63,10 @@ void CpuBackend::scale(View x, float s, size_t count) {
 
 void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* x, int n) {
   std::vector<std::unique_ptr<Int8Input>> quantized;
-  size_t packs_used = 0;
+  // Reused across calls, so that large packs keep their pages. Per thread: sessions may run forward on
+  // different threads at once (the pool serialises only the parallel loops).
+  thread_local std::vector<PackedTokens> packs;
+  size_t packsused = 0;
   for (const LinearJob& j : jobs) {
     const LinearWeight& w = *j.w;
     if (int8(w)) {
@@ -81,10 +84,10 @@ void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* 
         for (size_t r = r0; r < r1; ++r) j.y[r] = dot_row(w, row_of(w, j.expert, int64_t(r)), in);
       });
     } else {
-      auto p = std::find_if(packs_.begin(), packs_.begin() + ptrdiff_t(packs_used), [&](const PackedTokens& pt) { return pt.fits(w); });
-      if (p == packs_.begin() + ptrdiff_t(packs_used)) {
-        if (packs_used == packs_.size()) packs_.emplace_back();
-        p = packs_.begin() + ptrdiff_t(packs_used++);
+      auto p = std::find_if(packs.begin(), packs.begin() + ptrdiff_t(packsused), [&](const PackedTokens& pt) { return pt.fits(w); });
+      if (p == packs.begin() + ptrdiff_t(packsused)) {
+        if (packsused == packs.size()) packs.emplace_back();
+        p = packs.begin() + ptrdiff_t(packsused++);
         pack_tokens(x, n, w.cols, uses_reordered_columns(w), &*p);
       }
       linear_packed(w, j.expert, *p, j.y);
@@ -268,13 +271,14 @@ void CpuBackend::add_shared_expert(const SharedExpert& sh, const float* x, int n
   const LinearWeight& U = static_cast<const CpuWeight&>(*sh.up).w;
   const LinearWeight& D = static_cast<const CpuWeight&>(*sh.down).w;
   const int64_t H = D.rows, I = G.rows;
-  shared_g_.resize(size_t(n) * I);
-  shared_u_.resize(size_t(n) * I);
-  shared_y_.resize(size_t(n) * H);
-  linear_shared({{&G, 0, shared_g_.data()}, {&U, 0, shared_u_.data()}}, x, n);
-  for (size_t i = 0; i < shared_g_.size(); ++i) shared_g_[i] = silu(shared_g_[i]) * shared_u_[i];
-  linear(D, 0, shared_g_.data(), n, shared_y_.data());
-  for (int t = 0; t < n; ++t) axpy(sh.scale * sigmoid(f32(sh.gate_logit)[t]), &shared_y_[size_t(t) * H], out + size_t(t) * H, H);
+  thread_local std::vector<float> shared_g, shared_u, shared_y;  // per thread, as in linear_shared
+  shared_g.resize(size_t(n) * I);
+  shared_u.resize(size_t(n) * I);
+  shared_y.resize(size_t(n) * H);
+  linear_shared({{&G, 0, shared_g.data()}, {&U, 0, shared_u.data()}}, x, n);
+  for (size_t i = 0; i < shared_g.size(); ++i) shared_g[i] = silu(shared_g[i]) * shared_u[i];
+  linear(D, 0, shared_g.data(), n, shared_y.data());
+  for (int t = 0; t < n; ++t) axpy(sh.scale * sigmoid(f32(sh.gate_logit)[t]), &shared_y[size_t(t) * H], out + size_t(t) * H, H);
 }
 
 void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,

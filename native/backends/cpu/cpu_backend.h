@@ -98,8 +98,6 @@ class CpuBackend final : public Backend {
   void add_shared_expert(const SharedExpert& shared, const float* x, int n, float* out);
   ThreadPool pool_;
   cpu::Precision precision_;
-  std::vector<float> shared_g_, shared_u_, shared_y_;  // the shared expert's work rows, reused
-  std::vector<cpu::PackedTokens> packs_;                // linear_shared's packed activations, reused
 };
 
 // Iterations per parallel chunk so that each chunk carries at least ~32K multiply-adds: below that,
