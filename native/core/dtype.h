@@ -9,10 +9,31 @@ namespace moelens {
 
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
 
+namespace detail {
+struct DTypeInfo {
+  DType type;
+  const char* name;
+  size_t size;
+};
+// In enum order, so that dtype_size (called per weight row in the hot loops) is one indexed load.
+inline constexpr DTypeInfo kDTypes[] = {
+    {DType::F64, "F64", 8},  {DType::F32, "F32", 4},   {DType::F16, "F16", 2},         {DType::BF16, "BF16", 2},
+    {DType::I64, "I64", 8},  {DType::I32, "I32", 4},   {DType::I16, "I16", 2},         {DType::I8, "I8", 1},
+    {DType::U64, "U64", 8},  {DType::U32, "U32", 4},   {DType::U16, "U16", 2},         {DType::U8, "U8", 1},
+    {DType::BOOL, "BOOL", 1}, {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
+};
+constexpr bool in_enum_order() {
+  for (size_t i = 0; i < sizeof(kDTypes) / sizeof(kDTypes[0]); ++i)
+    if (size_t(kDTypes[i].type) != i) return false;
+  return true;
+}
+static_assert(in_enum_order(), "kDTypes must list the DType values in order");
+}  // namespace detail
+
 // Parses a safetensors dtype name ("BF16", ...); returns false for an unknown name.
 bool parse_dtype(const std::string& name, DType* out);
 const char* dtype_name(DType t);
-size_t dtype_size(DType t);
+inline size_t dtype_size(DType t) { return detail::kDTypes[size_t(t)].size; }
 
 inline float bf16_to_f32(uint16_t v) {
   uint32_t u = uint32_t(v) << 16;
