@@ -101,7 +101,10 @@ void CpuBackend::linear_packed(const LinearWeight& w, int64_t expert, const Pack
   const int64_t rows = w.rows, cols = w.cols;
   const int64_t tiles = (rows + kGemmRows - 1) / kGemmRows;
   pool_.parallel_for(size_t(tiles), grain_for(size_t(kGemmRows) * cols * xp.n), [&](size_t b0, size_t b1) {
-    std::vector<float> tile(size_t(kGemmRows) * cols);  // in a last, short tile the spare rows are computed, then dropped
+    // Per thread and reused: a tile is written before it is read, so it needs no zeroing (in a last, short
+    // tile the spare rows hold stale values, computed and then dropped).
+    thread_local std::vector<float> tile;
+    tile.resize(std::max(tile.size(), size_t(kGemmRows) * cols));
     for (size_t b = b0; b < b1; ++b) {
       const int64_t r0 = int64_t(b) * kGemmRows;
       const int nr = int(std::min<int64_t>(kGemmRows, rows - r0));
