@@ -281,6 +281,22 @@ int main() {
       else xr = x;
       worst = std::max(worst, std::fabs(dot_f32(deq.data(), xr.data(), c.cols) - want));
     }
+    // Rows against their own activations, weighted and summed (the MoE down projection of one token).
+    {
+      std::vector<std::vector<float>> xs(rows, std::vector<float>(size_t(c.cols)));
+      std::vector<PreparedInput> ins(static_cast<size_t>(rows));
+      std::vector<Row> rs;
+      std::vector<float> weights;
+      double want = 0;
+      for (int r = 0; r < rows; ++r) {
+        for (float& v : xs[size_t(r)]) v = uni(rng);
+        prepare_input(w, xs[size_t(r)].data(), &ins[size_t(r)]);
+        rs.push_back(row_of(w, 0, r));
+        weights.push_back(uni(rng));
+        want += weights.back() * reference(w, rs.back(), xs[size_t(r)].data());
+      }
+      worst = std::max(worst, std::fabs(dot_rows_weighted(w, rs.data(), ins.data(), weights.data(), rows) - want));
+    }
     const double tol = 1e-5 * c.cols;
     const bool ok = worst <= tol;
     failures += !ok;

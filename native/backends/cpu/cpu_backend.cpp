@@ -258,12 +258,15 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   }
   // down rows: out[r] = Σ_s weight_s · down_s[r] · h[s]
   pool_.parallel_for(size_t(H), grain_for(size_t(I) * k), [&](size_t r0, size_t r1) {
+    std::vector<Row> rows(static_cast<size_t>(k));
     for (size_t r = r0; r < r1; ++r) {
-      float acc = 0.f;
-      for (int s = 0; s < k; ++s) {
-        const Row row = row_of(D, ids[s], int64_t(r));
-        acc += weights[s] * (id ? dot_row_int8(D, row, hd8[size_t(s)]) : dot_row(D, row, hd[size_t(s)]));
+      for (int s = 0; s < k; ++s) rows[size_t(s)] = row_of(D, ids[s], int64_t(r));
+      if (!id) {
+        out[r] = dot_rows_weighted(D, rows.data(), hd.data(), weights, k);
+        continue;
       }
+      float acc = 0.f;
+      for (int s = 0; s < k; ++s) acc += weights[s] * dot_row_int8(D, rows[size_t(s)], hd8[size_t(s)]);
       out[r] = acc;
     }
   });

@@ -130,15 +130,18 @@ inline void for_q4_chunks(const LinearWeight& w, const Row& row, Block block, Ch
   }
 }
 
-float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, const float* gsum) {
-  __m512 total = _mm512_setzero_ps(), bias_total = _mm512_setzero_ps(), scales = total;
-  __m256 tail_total = _mm256_setzero_ps();
+// total += weight · (the row · x), as 16 lanes still to be summed. Scaling the groups' scales and biases
+// by `weight` lets several rows (experts) share one horizontal sum.
+inline void accumulate_row_q4(const LinearWeight& w, const Row& row, const float* xd, const float* gsum, __m512 weight,
+                              __m512& total) {
+  __m512 scales = weight;
+  __m256 tail = _mm256_setzero_ps();
   for_q4_chunks(
       w, row,
       [&](size_t g, int count) {
-        scales = group_values(w, row.scales, g, count);
+        scales = _mm512_mul_ps(weight, group_values(w, row.scales, g, count));
         const __m512 gs = _mm512_maskz_loadu_ps(__mmask16((1u << count) - 1), gsum + g);
-        bias_total = _mm512_fmadd_ps(group_values(w, row.biases, g, count), gs, bias_total);
+        total = _mm512_fmadd_ps(_mm512_mul_ps(weight, group_values(w, row.biases, g, count)), gs, total);
       },
       [&](__m512i v, int64_t col, __m512i lane_group) {
         total = _mm512_fmadd_ps(_mm512_permutexvar_ps(lane_group, scales), chunk_qdot(v, xd + col), total);
@@ -147,9 +150,15 @@ float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, 
         const float* x = xd + col;
         __m256 a = _mm256_mul_ps(nibble8(v, 0), _mm256_loadu_ps(x));
         for (int k = 1; k < 8; ++k) a = _mm256_fmadd_ps(nibble8(v, k), _mm256_loadu_ps(x + 8 * k), a);
-        tail_total = _mm256_mul_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales)), a);
+        tail = _mm256_mul_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales)), a);
       });
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(total, bias_total), _mm512_castps256_ps512(tail_total)));
+  total = _mm512_add_ps(total, _mm512_castps256_ps512(tail));
+}
+
+float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, const float* gsum) {
+  __m512 total = _mm512_setzero_ps();
+  accumulate_row_q4(w, row, xd, gsum, _mm512_set1_ps(1.f), total);
+  return _mm512_reduce_add_ps(total);
 }
 
 float dot_row_q8_avx512(const LinearWeight& w, const Row& row, const float* x, const float* gsum) {
@@ -424,6 +433,20 @@ float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in) {
       return s;
     }
   }
+}
+
+float dot_rows_weighted(const LinearWeight& w, const Row* rows, const PreparedInput* in, const float* weights, int count) {
+#if MOELENS_AVX512
+  if (q4_fast_path(w)) {
+    __m512 total = _mm512_setzero_ps();
+    for (int j = 0; j < count; ++j)
+      accumulate_row_q4(w, rows[j], in[j].xq, in[j].gsum.data(), _mm512_set1_ps(weights[j]), total);
+    return _mm512_reduce_add_ps(total);
+  }
+#endif
+  float acc = 0.f;
+  for (int j = 0; j < count; ++j) acc += weights[j] * dot_row(w, rows[j], in[j]);
+  return acc;
 }
 
 void dequantize_row(const LinearWeight& w, const Row& row, float* out) {

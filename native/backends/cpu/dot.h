@@ -40,6 +40,10 @@ void prepare_input(const LinearWeight& w, const float* x, PreparedInput* out);
 // Σ_i w[i]·x[i] over the row.
 float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in);
 
+// Σ_j weights[j] · (rows[j] · in[j]): rows of several experts against their own activations, summed with
+// one horizontal sum (the MoE down projection of one token).
+float dot_rows_weighted(const LinearWeight& w, const Row* rows, const PreparedInput* in, const float* weights, int count);
+
 // Writes the row as fp32.
 void dequantize_row(const LinearWeight& w, const Row& row, float* out);
 
