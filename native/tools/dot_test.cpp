@@ -281,6 +281,21 @@ int main() {
       else xr = x;
       worst = std::max(worst, std::fabs(dot_f32(deq.data(), xr.data(), c.cols) - want));
     }
+    // A few tokens against each row at once (prefill of a matrix that sees few tokens).
+    for (const int tokens : {3, kRowTokens}) {
+      std::vector<std::vector<float>> xs(size_t(tokens), std::vector<float>(size_t(c.cols)));
+      std::vector<PreparedInput> ins(static_cast<size_t>(tokens));
+      for (int t = 0; t < tokens; ++t) {
+        for (float& v : xs[size_t(t)]) v = uni(rng);
+        prepare_input(w, xs[size_t(t)].data(), &ins[size_t(t)]);
+      }
+      float out[kRowTokens];
+      for (int r = 0; r < rows; ++r) {
+        dot_row_tokens(w, row_of(w, 0, r), ins.data(), tokens, out);
+        for (int t = 0; t < tokens; ++t)
+          worst = std::max(worst, std::fabs(out[t] - reference(w, row_of(w, 0, r), xs[size_t(t)].data())));
+      }
+    }
     // Rows against their own activations, weighted and summed (the MoE down projection of one token).
     {
       std::vector<std::vector<float>> xs(rows, std::vector<float>(size_t(c.cols)));

@@ -66,7 +66,9 @@ void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* 
   // Reused across calls, so that large packs keep their pages. Per thread: sessions may run forward on
   // different threads at once (the pool serialises only the parallel loops).
   thread_local std::vector<PackedTokens> packs;
-  size_t packsused = 0;
+  size_t packs_used = 0;
+  std::vector<PreparedInput> tokens_in;  // each token's activations for dot_row_tokens, shared likewise
+  const LinearWeight* tokens_layout = nullptr;
   for (const LinearJob& j : jobs) {
     const LinearWeight& w = *j.w;
     if (int8(w)) {
@@ -83,11 +85,24 @@ void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* 
       pool_.parallel_for(size_t(w.rows), grain_for(size_t(w.cols)), [&](size_t r0, size_t r1) {
         for (size_t r = r0; r < r1; ++r) j.y[r] = dot_row(w, row_of(w, j.expert, int64_t(r)), in);
       });
+    } else if (n <= kRowTokens && has_token_row_kernel(w)) {  // a few tokens: rows unpacked once, no tiles
+      if (!tokens_layout || tokens_layout->cols != w.cols || tokens_layout->group_size != w.group_size) {
+        tokens_in.resize(size_t(n));
+        for (int t = 0; t < n; ++t) prepare_input(w, x + size_t(t) * size_t(w.cols), &tokens_in[size_t(t)]);
+        tokens_layout = &w;
+      }
+      pool_.parallel_for(size_t(w.rows), grain_for(size_t(w.cols) * n), [&](size_t r0, size_t r1) {
+        float out[kRowTokens];
+        for (size_t r = r0; r < r1; ++r) {
+          dot_row_tokens(w, row_of(w, j.expert, int64_t(r)), tokens_in.data(), n, out);
+          for (int t = 0; t < n; ++t) j.y[size_t(t) * size_t(w.rows) + r] = out[t];
+        }
+      });
     } else {
-      auto p = std::find_if(packs.begin(), packs.begin() + ptrdiff_t(packsused), [&](const PackedTokens& pt) { return pt.fits(w); });
-      if (p == packs.begin() + ptrdiff_t(packsused)) {
-        if (packsused == packs.size()) packs.emplace_back();
-        p = packs.begin() + ptrdiff_t(packsused++);
+      auto p = std::find_if(packs.begin(), packs.begin() + ptrdiff_t(packs_used), [&](const PackedTokens& pt) { return pt.fits(w); });
+      if (p == packs.begin() + ptrdiff_t(packs_used)) {
+        if (packs_used == packs.size()) packs.emplace_back();
+        p = packs.begin() + ptrdiff_t(packs_used++);
         pack_tokens(x, n, w.cols, uses_reordered_columns(w), &*p);
       }
       linear_packed(w, j.expert, *p, j.y);

@@ -152,7 +152,40 @@ inline void accumulate_row_q4(const LinearWeight& w, const Row& row, const float
         for (int k = 1; k < 8; ++k) a = _mm256_fmadd_ps(nibble8(v, k), _mm256_loadu_ps(x + 8 * k), a);
         tail = _mm256_mul_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales)), a);
       });
-  total = _mm512_add_ps(total, _mm512_castps256_ps512(tail));
+  total = _mm512_add_ps(total, _mm512_zextps256_ps512(tail));
+}
+
+// A few tokens against one 4-bit row: each chunk is unpacked and scaled once (w = s·q as fp32) and then
+// meets every token's activations.
+template <int T>
+void dot_row_tokens_q4(const LinearWeight& w, const Row& row, const PreparedInput* in, float* out) {
+  const __m512 table = nibble_values();
+  __m512 acc[T], scales = table, biases = table;
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for_q4_chunks(
+      w, row,
+      [&](size_t g, int count) {
+        scales = group_values(w, row.scales, g, count);
+        biases = group_values(w, row.biases, g, count);
+        const __mmask16 m = __mmask16((1u << count) - 1);
+        for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(biases, _mm512_maskz_loadu_ps(m, in[t].gsum.data() + g), acc[t]);
+      },
+      [&](__m512i v, int64_t col, __m512i lane_group) {
+        const __m512 s = _mm512_permutexvar_ps(lane_group, scales);
+        for (int k = 0; k < 8; ++k) {
+          const __m512 wk = _mm512_mul_ps(s, _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), table));
+          for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(wk, _mm512_loadu_ps(in[t].xq + col + 16 * k), acc[t]);
+        }
+      },
+      [&](__m256i v, int64_t col, __m512i lane_group) {
+        const __m256 s = _mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales));
+        for (int k = 0; k < 8; ++k) {
+          const __m256 wk = _mm256_mul_ps(s, nibble8(v, k));
+          for (int t = 0; t < T; ++t)
+            acc[t] = _mm512_add_ps(acc[t], _mm512_zextps256_ps512(_mm256_mul_ps(wk, _mm256_loadu_ps(in[t].xq + col + 8 * k))));
+        }
+      });
+  for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
 float dot_row_q4_avx512(const LinearWeight& w, const Row& row, const float* xd, const float* gsum) {
@@ -433,6 +466,27 @@ float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in) {
       return s;
     }
   }
+}
+
+bool has_token_row_kernel(const LinearWeight& w) { return q4_fast_path(w); }
+
+void dot_row_tokens(const LinearWeight& w, const Row& row, const PreparedInput* in, int tokens, float* out) {
+#if MOELENS_AVX512
+  if (q4_fast_path(w)) {
+    switch (tokens) {
+      case 1: return dot_row_tokens_q4<1>(w, row, in, out);
+      case 2: return dot_row_tokens_q4<2>(w, row, in, out);
+      case 3: return dot_row_tokens_q4<3>(w, row, in, out);
+      case 4: return dot_row_tokens_q4<4>(w, row, in, out);
+      case 5: return dot_row_tokens_q4<5>(w, row, in, out);
+      case 6: return dot_row_tokens_q4<6>(w, row, in, out);
+      case 7: return dot_row_tokens_q4<7>(w, row, in, out);
+      case 8: return dot_row_tokens_q4<8>(w, row, in, out);
+      default: break;
+    }
+  }
+#endif
+  for (int t = 0; t < tokens; ++t) out[t] = dot_row(w, row, in[t]);
 }
 
 float dot_rows_weighted(const LinearWeight& w, const Row* rows, const PreparedInput* in, const float* weights, int count) {

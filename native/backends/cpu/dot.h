@@ -40,6 +40,13 @@ void prepare_input(const LinearWeight& w, const float* x, PreparedInput* out);
 // Σ_i w[i]·x[i] over the row.
 float dot_row(const LinearWeight& w, const Row& row, const PreparedInput& in);
 
+// out[t] = row · in[t] for a few tokens (at most kRowTokens), the row unpacked once for all of them. It beats
+// the prefill tiles (dequantise, then broadcast) when a matrix sees so few tokens, as an expert does in a
+// short prompt; has_token_row_kernel says whether `w` has such a kernel (else it is a loop over dot_row).
+constexpr int kRowTokens = 8;
+bool has_token_row_kernel(const LinearWeight& w);
+void dot_row_tokens(const LinearWeight& w, const Row& row, const PreparedInput* in, int tokens, float* out);
+
 // Σ_j weights[j] · (rows[j] · in[j]): rows of several experts against their own activations, summed with
 // one horizontal sum (the MoE down projection of one token).
 float dot_rows_weighted(const LinearWeight& w, const Row* rows, const PreparedInput* in, const float* weights, int count);
