@@ -8,10 +8,6 @@ bool parse_dtype(const std::string& name, DType* out) {
   return false;
 }
 
-const char* dtype_name(DType t) {
-  for (const auto& e : detail::kDTypes)
-    if (e.type == t) return e.name;
-  return "?";
-}
+const char* dtype_name(DType t) { return detail::kDTypes[size_t(t)].name; }
 
 }  // namespace moelens

@@ -15,7 +15,7 @@ struct DTypeInfo {
   const char* name;
   size_t size;
 };
-// In enum order, so that dtype_size (called per weight row in the hot loops) is one indexed load.
+// In enum order, so that dtype_size (called per weight row in the hot loops) and dtype_name index it.
 inline constexpr DTypeInfo kDTypes[] = {
     {DType::F64, "F64", 8},  {DType::F32, "F32", 4},   {DType::F16, "F16", 2},         {DType::BF16, "BF16", 2},
     {DType::I64, "I64", 8},  {DType::I32, "I32", 4},   {DType::I16, "I16", 2},         {DType::I8, "I8", 1},

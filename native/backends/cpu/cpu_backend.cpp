@@ -61,6 +61,15 @@ void CpuBackend::scale(View x, float s, size_t count) {
   for (size_t i = 0; i < count; ++i) p[i] *= s;
 }
 
+const Int8Input& CpuBackend::quantized_for(const LinearWeight& w, const float* x, int n,
+                                           std::vector<std::unique_ptr<Int8Input>>* cache) {
+  for (const auto& q : *cache)
+    if (q->fits(w)) return *q;
+  cache->push_back(std::make_unique<Int8Input>());
+  quantize(w, x, n, cache->back().get());
+  return *cache->back();
+}
+
 void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* x, int n) {
   std::vector<std::unique_ptr<Int8Input>> quantized;
   // Reused across calls, so that large packs keep their pages. Per thread: sessions may run forward on
@@ -72,13 +81,7 @@ void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* 
   for (const LinearJob& j : jobs) {
     const LinearWeight& w = *j.w;
     if (int8(w)) {
-      auto q = std::find_if(quantized.begin(), quantized.end(), [&](const auto& in) { return in->fits(w); });
-      if (q == quantized.end()) {
-        quantized.push_back(std::make_unique<Int8Input>());
-        quantize(w, x, n, quantized.back().get());
-        q = quantized.end() - 1;
-      }
-      linear_int8(w, j.expert, **q, j.y);
+      linear_int8(w, j.expert, quantized_for(w, x, n, &quantized), j.y);
     } else if (n == 1) {
       PreparedInput in;
       prepare_input(w, x, &in);
@@ -165,23 +168,14 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
     for (const MatmulJob& j : jobs) linear_jobs.push_back({&static_cast<const CpuWeight*>(j.weight)->w, 0, f32(j.out)});
     return linear_shared(linear_jobs, f32(x), n);
   }
-  // int8 precision: the activations are quantised once per layout and shared by the jobs of that layout.
-  std::vector<std::unique_ptr<Int8Input>> quantized;
-  auto int8_input = [&](const LinearWeight& w) -> const Int8Input* {
-    if (!int8(w)) return nullptr;
-    for (const auto& q : quantized)
-      if (q->fits(w)) return q.get();
-    quantized.push_back(std::make_unique<Int8Input>());
-    quantize(w, f32(x), n, quantized.back().get());
-    return quantized.back().get();
-  };
   // Decode: one parallel loop over the rows of every matrix.
+  std::vector<std::unique_ptr<Int8Input>> quantized;
   std::vector<PreparedInput> in(jobs.size());
   std::vector<const Int8Input*> in8(jobs.size());
   std::vector<size_t> first_row(jobs.size() + 1, 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const LinearWeight& w = static_cast<const CpuWeight*>(jobs[i].weight)->w;
-    in8[i] = int8_input(w);
+    in8[i] = int8(w) ? &quantized_for(w, f32(x), n, &quantized) : nullptr;
     if (!in8[i]) prepare_input(w, f32(x), &in[i]);
     first_row[i + 1] = first_row[i] + size_t(w.rows);
   }

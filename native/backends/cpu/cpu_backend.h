@@ -87,6 +87,10 @@ class CpuBackend final : public Backend {
   bool int8(const LinearWeight& w) const { return precision_ != cpu::Precision::F32 && cpu::int8_supported(w); }
   int planes() const { return cpu::activation_planes(precision_); }
   void quantize(const LinearWeight& w, const float* x, int n, cpu::Int8Input* in);
+  // x quantised for w: the entry of `cache` that fits w's layout, else a new one (int8 precision quantises
+  // once per layout and shares it among the weights of that layout).
+  const cpu::Int8Input& quantized_for(const LinearWeight& w, const float* x, int n,
+                                      std::vector<std::unique_ptr<cpu::Int8Input>>* cache);
   void linear_int8(const LinearWeight& w, int64_t expert, const cpu::Int8Input& in, float* y);
   // Several tokens: the (token, slot) pairs grouped by expert, so each expert's weights are read once.
   void moe_experts_grouped(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,

@@ -75,18 +75,9 @@ inline __m512 group_values(const LinearWeight& w, const uint8_t* p, size_t g, in
   }
 }
 
-// Σ q·x per lane over one 128-column chunk (lane i: columns 8i..8i+7).
-inline __m512 chunk_qdot(__m512i v, const float* x) {
-  const __m512 table = nibble_values();
-  __m512 a0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), _mm512_loadu_ps(x));
-  __m512 a1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), _mm512_loadu_ps(x + 16));
-  a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), table), _mm512_loadu_ps(x + 32), a0);
-  a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), table), _mm512_loadu_ps(x + 48), a1);
-  a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), table), _mm512_loadu_ps(x + 64), a0);
-  a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), table), _mm512_loadu_ps(x + 80), a1);
-  a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), table), _mm512_loadu_ps(x + 96), a0);
-  a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), table), _mm512_loadu_ps(x + 112), a1);
-  return _mm512_add_ps(a0, a1);
+// Nibble k of every dword of a 128-column chunk as fp32 (lane i: column 8i + k).
+inline __m512 nibble16(__m512i v, int k) {
+  return _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), nibble_values());
 }
 
 // The 64-column last chunk: 8 lanes, the same lookups on 256-bit vectors (a two-source permute holds the
@@ -94,6 +85,17 @@ inline __m512 chunk_qdot(__m512i v, const float* x) {
 inline __m256 nibble8(__m256i v, int k) {
   const __m256 lo = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), hi = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
   return _mm256_permutex2var_ps(lo, _mm256_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), hi);
+}
+
+// Σ q·x per lane over one 128-column chunk (lane i: columns 8i..8i+7), in two interleaved sums.
+inline __m512 chunk_qdot(__m512i v, const float* x) {
+  __m512 a0 = _mm512_mul_ps(nibble16(v, 0), _mm512_loadu_ps(x));
+  __m512 a1 = _mm512_mul_ps(nibble16(v, 1), _mm512_loadu_ps(x + 16));
+  for (int k = 2; k < 8; k += 2) {
+    a0 = _mm512_fmadd_ps(nibble16(v, k), _mm512_loadu_ps(x + 16 * k), a0);
+    a1 = _mm512_fmadd_ps(nibble16(v, k + 1), _mm512_loadu_ps(x + 16 * k + 16), a1);
+  }
+  return _mm512_add_ps(a0, a1);
 }
 
 // Walks a 4-bit row in blocks of up to 16 groups, whose scales and biases sit in one register each;
@@ -159,8 +161,7 @@ inline void accumulate_row_q4(const LinearWeight& w, const Row& row, const float
 // meets every token's activations.
 template <int T>
 void dot_row_tokens_q4(const LinearWeight& w, const Row& row, const PreparedInput* in, float* out) {
-  const __m512 table = nibble_values();
-  __m512 acc[T], scales = table, biases = table;
+  __m512 acc[T], scales = _mm512_setzero_ps(), biases = scales;
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for_q4_chunks(
       w, row,
@@ -173,7 +174,7 @@ void dot_row_tokens_q4(const LinearWeight& w, const Row& row, const PreparedInpu
       [&](__m512i v, int64_t col, __m512i lane_group) {
         const __m512 s = _mm512_permutexvar_ps(lane_group, scales);
         for (int k = 0; k < 8; ++k) {
-          const __m512 wk = _mm512_mul_ps(s, _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), table));
+          const __m512 wk = _mm512_mul_ps(s, nibble16(v, k));
           for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(wk, _mm512_loadu_ps(in[t].xq + col + 16 * k), acc[t]);
         }
       },
@@ -290,8 +291,7 @@ void reorder_columns(const float* x, int64_t cols, float* out) {
 void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out) {
 #if MOELENS_AVX512
   if (q4_fast_path(w)) {
-    const __m512 table = nibble_values();
-    __m512 scales = table, biases = table;
+    __m512 scales = _mm512_setzero_ps(), biases = scales;
     for_q4_chunks(
         w, row,
         [&](size_t g, int count) {
@@ -301,8 +301,7 @@ void dequantize_row_reordered(const LinearWeight& w, const Row& row, float* out)
         [&](__m512i v, int64_t col, __m512i lane_group) {
           const __m512 s = _mm512_permutexvar_ps(lane_group, scales), b = _mm512_permutexvar_ps(lane_group, biases);
           for (int k = 0; k < 8; ++k)
-            _mm512_storeu_ps(out + col + 16 * k,
-                             _mm512_fmadd_ps(s, _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(4 * k)), table), b));
+            _mm512_storeu_ps(out + col + 16 * k, _mm512_fmadd_ps(s, nibble16(v, k), b));
         },
         [&](__m256i v, int64_t col, __m512i lane_group) {
           const __m256 s = _mm512_castps512_ps256(_mm512_permutexvar_ps(lane_group, scales));

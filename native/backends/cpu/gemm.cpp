@@ -59,10 +59,12 @@ void pack_tokens(const float* x, int n, int64_t cols, bool reorder, PackedTokens
   out->reordered = reorder;
   out->data.resize(size_t(out->blocks()) * size_t(cols) * kGemmTokens);  // a reused buffer keeps its pages
   // source[p]: the column stored at position p (reorder_columns applied to the column numbers)
-  std::vector<float> index(static_cast<size_t>(cols)), source(static_cast<size_t>(cols));
-  for (int64_t k = 0; k < cols; ++k) index[size_t(k)] = float(k);
-  if (reorder) reorder_columns(index.data(), cols, source.data());
-  else source = index;
+  std::vector<float> source(static_cast<size_t>(cols));
+  for (int64_t k = 0; k < cols; ++k) source[size_t(k)] = float(k);
+  if (reorder) {
+    std::vector<float> index = source;
+    reorder_columns(index.data(), cols, source.data());
+  }
   for (int b = 0; b < out->blocks(); ++b) {
     const int tokens = std::min(kGemmTokens, n - b * kGemmTokens);
     const float* xb = x + size_t(b) * kGemmTokens * size_t(cols);
