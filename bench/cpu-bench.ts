@@ -9,6 +9,7 @@ import { parseArgs } from "node:util";
 import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight, type DecodeTraffic } from "./decode-traffic";
 import { runLlamaBench, type LlamaResult } from "./llama-peer";
 import type { WorkerResult } from "./moelens-worker";
+import { pageIn } from "./page-in";
 import { measureReadBandwidth, type ReadBandwidth } from "./read-bandwidth";
 import { renderMarkdown, replaceDocSection } from "./report-markdown";
 import { runMeasured } from "./run-measured";
@@ -19,6 +20,9 @@ Measures moelens on the CPU (fresh process per prompt length and round, exact-sh
 prefill of the synthetic prompt, greedy decode steps, median of rounds), the machine's read bandwidth
 (2-thread stream read, before and after), decode's fraction of that bandwidth (bytes per token from
 config.json), and with --gguf llama.cpp's llama-bench pp512/tg128 on the same weights, with ratios.
+Before each engine's runs its weight files are read into the page cache (evicted and read again the first
+time, in huge-page folios: bench/page-in.c), so that neither engine reads from disk what the other's runs
+evicted.
 
 Options:
   --model DIR          checkpoint folder (e.g. /work/scratch/qwen36-synth)
@@ -110,8 +114,22 @@ function gitCommit(): string | null {
   }
 }
 
+function weightFiles(dir: string): string[] {
+  return fs.readdirSync(dir).filter((f) => f.endsWith(".safetensors")).map((f) => path.join(dir, f));
+}
+
 function weightBytes(dir: string): number {
-  return fs.readdirSync(dir).filter((f) => f.endsWith(".safetensors")).reduce((sum, f) => sum + fs.statSync(path.join(dir, f)).size, 0);
+  return weightFiles(dir).reduce((sum, f) => sum + fs.statSync(f).size, 0);
+}
+
+const pagedIn = new Set<string>();
+// The first time in a run, the files are evicted and read again, so that every engine's weights sit in
+// the same kind of page-cache folios whatever read them before the run.
+function warmPageCache(what: string, files: string[]): void {
+  const first = !pagedIn.has(files.join("\n"));
+  pagedIn.add(files.join("\n"));
+  const p = pageIn(files, first);
+  log(`  ${what}: ${(p.bytes / 1e9).toFixed(2)} GB read into the page cache in ${p.seconds.toFixed(1)} s`);
 }
 
 async function runWorker(model: string, prompt: number, decode: number, threads: number, precision: Precision): Promise<WorkerResult> {
@@ -181,6 +199,7 @@ async function main(): Promise<void> {
   const rows: MoelensRow[] = [];
   const runs = (precisions as Precision[]).flatMap((precision) => prompts.map((prompt) => ({ precision, prompt })));
   for (const { precision, prompt } of runs) {
+    warmPageCache("moelens checkpoint", weightFiles(model));
     const results: WorkerResult[] = [];
     for (let r = 0; r < rounds; r++) {
       log(`moelens ${precision} prompt ${prompt}, round ${r + 1}/${rounds}`);
@@ -203,6 +222,7 @@ async function main(): Promise<void> {
 
   let llama: BenchResult["llama"] = null;
   if (values.gguf) {
+    warmPageCache("GGUF", [path.resolve(values.gguf)]);
     log(`llama-bench -p 512 -n 128 -t ${threads} -r ${llamaReps} on ${values.gguf}`);
     const l = await runLlamaBench(values["llama-bench"]!, path.resolve(values.gguf), threads, llamaReps);
     log(`  pp512 ${l.prefill.tokPerSec.toFixed(2)} tok/s, tg128 ${l.decode.tokPerSec.toFixed(3)} tok/s`);

@@ -50,6 +50,9 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       ::close(fd);
       fail(path, ": cannot map: ", std::strerror(e));
     }
+    // Huge pages for the weights where the kernel can: decode walks 19 GB of experts in short rows, and
+    // with 4 KB pages every page is a TLB miss and a stop for the hardware prefetcher. Advice only.
+    ::madvise(p, size_, MADV_HUGEPAGE);
     data_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);

@@ -311,29 +311,46 @@ void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
 void CpuBackend::moe_experts_grouped(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* xs,
                                      const int32_t* ids, const float* weights, int n, int k, float* o) {
   const int64_t H = G.cols, I = G.rows;
-  std::fill_n(o, size_t(n) * H, 0.f);
   // Group the (token, slot) pairs by expert so that each expert's weights are read once per call.
-  std::vector<std::vector<std::pair<int, float>>> by_expert(size_t(G.experts));
-  for (int t = 0; t < n; ++t)
-    for (int s = 0; s < k; ++s) {
-      int e = ids[size_t(t) * k + s];
-      by_expert[size_t(e)].push_back({t, weights[size_t(t) * k + s]});
-    }
-  std::vector<float> xin, g, u, y;
-  for (size_t e = 0; e < by_expert.size(); ++e) {
-    const auto& list = by_expert[e];
-    if (list.empty()) continue;
-    const int m = int(list.size());
+  std::vector<std::vector<int>> by_expert(size_t(G.experts));
+  for (int p = 0; p < n * k; ++p) by_expert[size_t(ids[p])].push_back(p);
+  std::vector<int> order;
+  for (size_t e = 0; e < by_expert.size(); ++e)
+    if (!by_expert[e].empty()) order.push_back(int(e));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return by_expert[size_t(a)].size() > by_expert[size_t(b)].size(); });
+  // One expert per task, the busiest first: an expert's matmuls are too small to split across threads
+  // without the hand-offs and the wait for the slowest thread costing more than they save. Each pair's
+  // weighted output goes to its own row, and the rows are summed in slot order below, so the result does
+  // not depend on which thread ran which expert.
+  thread_local std::vector<float> pair_buffer;  // per calling thread, as in linear_shared
+  pair_buffer.resize(size_t(n) * k * H);
+  float* pair_out = pair_buffer.data();  // [n·k, H]; the tasks' threads see their own thread_locals
+  pool_.parallel_tasks(order.size(), [&](size_t task) {
+    const int e = order[task];
+    const std::vector<int>& pairs = by_expert[size_t(e)];
+    const int m = int(pairs.size());
+    thread_local std::vector<float> xin, g, u, y;
     xin.resize(size_t(m) * H);
-    for (int j = 0; j < m; ++j) std::memcpy(&xin[size_t(j) * H], xs + size_t(list[j].first) * H, size_t(H) * 4);
+    for (int j = 0; j < m; ++j) std::memcpy(&xin[size_t(j) * H], xs + size_t(pairs[j] / k) * H, size_t(H) * 4);
     g.resize(size_t(m) * I);
     u.resize(size_t(m) * I);
     y.resize(size_t(m) * H);
     linear_shared({{&G, int64_t(e), g.data()}, {&U, int64_t(e), u.data()}}, xin.data(), m);
     for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
     linear(D, int64_t(e), g.data(), m, y.data());
-    for (int j = 0; j < m; ++j) axpy(list[j].second, &y[size_t(j) * H], o + size_t(list[j].first) * H, H);
-  }
+    for (int j = 0; j < m; ++j) {
+      float* out = pair_out + size_t(pairs[j]) * H;
+      const float w = weights[pairs[j]];
+      for (int64_t i = 0; i < H; ++i) out[i] = w * y[size_t(j) * H + i];
+    }
+  });
+  pool_.parallel_for(size_t(n), 1, [&](size_t t0, size_t t1) {
+    for (size_t t = t0; t < t1; ++t) {
+      float* out = o + t * H;
+      std::memcpy(out, pair_out + t * k * H, size_t(H) * 4);
+      for (int s = 1; s < k; ++s) axpy(1.f, pair_out + (t * k + s) * H, out, H);
+    }
+  });
 }
 
 }  // namespace moelens

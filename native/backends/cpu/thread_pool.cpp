@@ -9,6 +9,15 @@ namespace {
 // How long an idle worker polls for the next job before it sleeps.
 constexpr auto kSpin = std::chrono::microseconds(50);
 
+// Whether this thread is running a job of a pool: a loop inside a job runs inline, since the pool
+// serves one loop at a time and the job already holds it.
+thread_local bool t_in_job = false;
+
+struct InJob {
+  InJob() { t_in_job = true; }
+  ~InJob() { t_in_job = false; }
+};
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -62,7 +71,10 @@ void ThreadPool::worker_loop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
     }
-    run_chunks();
+    {
+      InJob in_job;
+      run_chunks();
+    }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -70,14 +82,26 @@ void ThreadPool::worker_loop() {
 void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
-  const size_t threads = size_t(size());
-  if (workers_.empty() || n <= grain) {
+  if (workers_.empty() || n <= grain || t_in_job) {
     fn(0, n);
     return;
   }
-  std::lock_guard<std::mutex> call_lock(call_mu_);
   // About four chunks per thread balances uneven rows without much contention.
-  chunk_ = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
+  const size_t threads = size_t(size());
+  run(n, std::max(grain, (n + threads * 4 - 1) / (threads * 4)), fn);
+}
+
+void ThreadPool::parallel_tasks(size_t n, const std::function<void(size_t)>& fn) {
+  const std::function<void(size_t, size_t)> each = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) fn(i);
+  };
+  if (workers_.empty() || n <= 1 || t_in_job) return each(0, n);
+  run(n, 1, each);
+}
+
+void ThreadPool::run(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn) {
+  std::lock_guard<std::mutex> call_lock(call_mu_);
+  chunk_ = chunk;
   job_ = &fn;
   n_ = n;
   next_.store(0);
@@ -87,7 +111,10 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   if (sleepers_.load() > 0) start_cv_.notify_all();
-  run_chunks();
+  {
+    InJob in_job;
+    run_chunks();
+  }
   for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
     if (i < 1000) cpu_relax();
     else std::this_thread::yield();

@@ -22,10 +22,15 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
-  // Calls fn(begin, end) over [0, n) in chunks of at least `grain`; returns when all are done.
+  // Calls fn(begin, end) over [0, n) in chunks of at least `grain`; returns when all are done. Called from
+  // inside a job of this pool (a task running its own loop), it runs fn(0, n) on the calling thread.
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn);
+  // Calls fn(i) for every i in [0, n), handing out one index at a time: for few, coarse and uneven tasks
+  // (largest first balances best), each of which may run parallel_for loops of its own, serially.
+  void parallel_tasks(size_t n, const std::function<void(size_t)>& fn);
 
  private:
+  void run(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn);
   void worker_loop();
   void run_chunks();
 
