@@ -7,12 +7,13 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { parseArgs } from "node:util";
 import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight, type DecodeTraffic } from "./decode-traffic";
-import { runLlamaBench, type LlamaResult } from "./llama-peer";
+import { medianOfRounds, runLlamaBench, type LlamaResult } from "./llama-peer";
 import type { WorkerResult } from "./moelens-worker";
 import { pageIn } from "./page-in";
 import { measureReadBandwidth, type ReadBandwidth } from "./read-bandwidth";
 import { renderMarkdown, replaceDocSection } from "./report-markdown";
 import { runMeasured } from "./run-measured";
+import { median, spread } from "./stats";
 
 const HELP = `Usage: npx tsx bench/cpu-bench.ts --model DIR [options]
 
@@ -28,10 +29,11 @@ Options:
   --model DIR          checkpoint folder (e.g. /work/scratch/qwen36-synth)
   --gguf FILE          the same weights as GGUF (scripts/peer/gguf-from-checkpoint.py) to run llama-bench on
   --llama-bench PATH   llama-bench binary (default /work/scratch/llama.cpp/build/bin/llama-bench)
-  --llama-reps N       llama-bench repetitions (default 5, its own default)
+  --llama-reps N       llama-bench repetitions per round (default 3)
   --prompts LIST       prompt lengths, comma-separated (default 128,512)
   --decode N           decode steps per measurement (default 64)
-  --rounds N           rounds per prompt length; the median counts (default 2)
+  --rounds N           rounds, each running every moelens row and then llama-bench; the median of
+                       the rounds counts, for each engine (default 2)
   --threads N          threads for both engines (default 2)
   --precision LIST     moelens CPU precisions, comma-separated, each with its own labelled rows:
                        fp32 (exact: the configuration the parity tests check; default), int8, int16
@@ -86,11 +88,6 @@ function positiveInt(name: string, text: string): number {
   return intList(name, text)[0];
 }
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-const spread = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / median(xs);
 
 function machine(): BenchResult["machine"] {
   const cpuinfo = fs.existsSync("/proc/cpuinfo") ? fs.readFileSync("/proc/cpuinfo", "utf8") : "";
@@ -154,7 +151,7 @@ async function main(): Promise<void> {
       model: { type: "string" },
       gguf: { type: "string" },
       "llama-bench": { type: "string", default: "/work/scratch/llama.cpp/build/bin/llama-bench" },
-      "llama-reps": { type: "string", default: "5" },
+      "llama-reps": { type: "string", default: "3" },
       prompts: { type: "string", default: "128,512" },
       decode: { type: "string", default: "64" },
       rounds: { type: "string", default: "2" },
@@ -196,38 +193,45 @@ async function main(): Promise<void> {
   const before = measureReadBandwidth(threads);
   log(`  ${before.best_gb_s.toFixed(2)} GB/s`);
 
-  const rows: MoelensRow[] = [];
+  // Round by round, both engines: this host's speed drifts by up to 20 % within minutes, so each
+  // engine's median comes from rounds spread over the whole run, not from one block of it.
   const runs = (precisions as Precision[]).flatMap((precision) => prompts.map((prompt) => ({ precision, prompt })));
-  for (const { precision, prompt } of runs) {
+  const results = runs.map(() => [] as WorkerResult[]);
+  const llamaRounds: LlamaResult[] = [];
+  for (let r = 0; r < rounds; r++) {
     warmPageCache("moelens checkpoint", weightFiles(model));
-    const results: WorkerResult[] = [];
-    for (let r = 0; r < rounds; r++) {
+    for (const [i, { precision, prompt }] of runs.entries()) {
       log(`moelens ${precision} prompt ${prompt}, round ${r + 1}/${rounds}`);
       const w = await runWorker(model, prompt, decode, threads, precision);
       log(`  prefill ${w.prefillTokPerSec.toFixed(2)} tok/s, decode ${w.decodeTokPerSec.toFixed(3)} tok/s`);
-      results.push(w);
+      results[i].push(w);
     }
-    const prefill = median(results.map((w) => w.prefillTokPerSec));
-    const dec = median(results.map((w) => w.decodeTokPerSec));
-    const drift = Math.max(spread(results.map((w) => w.prefillTokPerSec)), spread(results.map((w) => w.decodeTokPerSec)));
-    const digest = results[0].tokens.join(",");
-    rows.push({
-      precision, prompt, rounds: results, prefillTokPerSec: prefill, decodeTokPerSec: dec, drift,
-      tokensAgree: results.every((w) => w.tokens.join(",") === digest),
-      peakRssBytes: Math.max(...results.map((w) => w.peakRssBytes)),
-      decodeBytesPerToken: bytesAt(prompt, decode),
-      decodeBandwidthFraction: 0, // set once the bandwidth after the runs is known
-    });
+    if (values.gguf) {
+      warmPageCache("GGUF", [path.resolve(values.gguf)]);
+      log(`llama-bench -p 512 -n 128 -t ${threads} -r ${llamaReps} on ${values.gguf}, round ${r + 1}/${rounds}`);
+      const l = await runLlamaBench(values["llama-bench"]!, path.resolve(values.gguf), threads, llamaReps);
+      log(`  pp512 ${l.prefill.tokPerSec.toFixed(2)} tok/s, tg128 ${l.decode.tokPerSec.toFixed(3)} tok/s`);
+      llamaRounds.push(l);
+    }
   }
 
-  let llama: BenchResult["llama"] = null;
-  if (values.gguf) {
-    warmPageCache("GGUF", [path.resolve(values.gguf)]);
-    log(`llama-bench -p 512 -n 128 -t ${threads} -r ${llamaReps} on ${values.gguf}`);
-    const l = await runLlamaBench(values["llama-bench"]!, path.resolve(values.gguf), threads, llamaReps);
-    log(`  pp512 ${l.prefill.tokPerSec.toFixed(2)} tok/s, tg128 ${l.decode.tokPerSec.toFixed(3)} tok/s`);
-    llama = { ...l, decodeBytesPerToken: bytesAt(0, 128), decodeBandwidthFraction: 0 };
-  }
+  const rows: MoelensRow[] = runs.map(({ precision, prompt }, i) => {
+    const mine = results[i];
+    const digest = mine[0].tokens.join(",");
+    return {
+      precision, prompt, rounds: mine,
+      prefillTokPerSec: median(mine.map((w) => w.prefillTokPerSec)),
+      decodeTokPerSec: median(mine.map((w) => w.decodeTokPerSec)),
+      drift: Math.max(spread(mine.map((w) => w.prefillTokPerSec)), spread(mine.map((w) => w.decodeTokPerSec))),
+      tokensAgree: mine.every((w) => w.tokens.join(",") === digest),
+      peakRssBytes: Math.max(...mine.map((w) => w.peakRssBytes)),
+      decodeBytesPerToken: bytesAt(prompt, decode),
+      decodeBandwidthFraction: 0, // set once the bandwidth after the runs is known
+    };
+  });
+  const llama: BenchResult["llama"] = llamaRounds.length
+    ? { ...medianOfRounds(llamaRounds), decodeBytesPerToken: bytesAt(0, 128), decodeBandwidthFraction: 0 }
+    : null;
 
   log("read bandwidth again");
   const after = measureReadBandwidth(threads);

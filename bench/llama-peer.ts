@@ -1,10 +1,11 @@
 // The llama.cpp peer: `llama-bench -p 512 -n 128 -t T` on a GGUF of the same weights (built and
 // converted by scripts/peer/), parsed from its JSON output.
 import { runMeasured } from "./run-measured";
+import { median, stddev } from "./stats";
 
 export interface LlamaTest {
   test: string; // "pp512" or "tg128"
-  tokPerSec: number; // mean over repetitions, as llama-bench reports it
+  tokPerSec: number; // mean over repetitions, as llama-bench reports it (median of rounds' means: medianOfRounds)
   stddev: number;
   samples: number[];
 }
@@ -13,7 +14,8 @@ export interface LlamaResult {
   binary: string;
   gguf: string;
   threads: number;
-  repetitions: number;
+  repetitions: number; // per round
+  rounds: number;
   buildCommit: string | null;
   modelType: string | null;
   modelBytes: number | null;
@@ -50,7 +52,7 @@ export async function runLlamaBench(binary: string, gguf: string, threads: numbe
   const pp = rows.find((r) => r.n_prompt === 512 && r.n_gen === 0);
   const tg = rows.find((r) => r.n_prompt === 0 && r.n_gen === 128);
   return {
-    binary, gguf, threads, repetitions,
+    binary, gguf, threads, repetitions, rounds: 1,
     buildCommit: pp?.build_commit ?? null,
     modelType: pp?.model_type ?? null,
     modelBytes: pp?.model_size ?? null,
@@ -58,5 +60,28 @@ export async function runLlamaBench(binary: string, gguf: string, threads: numbe
     decode: pick("tg128", tg),
     peakRssBytes: run.peakRssBytes,
     seconds: run.seconds,
+  };
+}
+
+// Several rounds of llama-bench as one result: per test, the median of the rounds' means, and the
+// standard deviation over every repetition of every round.
+export function medianOfRounds(rounds: LlamaResult[]): LlamaResult {
+  const test = (pick: (r: LlamaResult) => LlamaTest): LlamaTest => {
+    const samples = rounds.flatMap((r) => pick(r).samples);
+    return {
+      test: pick(rounds[0]).test,
+      tokPerSec: median(rounds.map((r) => pick(r).tokPerSec)),
+      stddev: samples.length > 1 ? stddev(samples) : pick(rounds[0]).stddev,
+      samples,
+    };
+  };
+  const rss = rounds.map((r) => r.peakRssBytes).filter((b): b is number => b !== null);
+  return {
+    ...rounds[0],
+    rounds: rounds.length,
+    prefill: test((r) => r.prefill),
+    decode: test((r) => r.decode),
+    peakRssBytes: rss.length ? Math.max(...rss) : null,
+    seconds: rounds.reduce((a, r) => a + r.seconds, 0),
   };
 }

@@ -44,7 +44,7 @@ export function renderMarkdown(r: BenchResult): string {
   if (r.llama) {
     const l = r.llama;
     lines.push(
-      `| llama.cpp ${l.buildCommit ?? ""} ${l.modelType ?? ""} (pp512 / tg128, mean of ${l.repetitions}) | 512 / 0 | ` +
+      `| llama.cpp ${l.buildCommit ?? ""} ${l.modelType ?? ""} (pp512 / tg128, median of ${l.rounds} rounds of ${l.repetitions}) | 512 / 0 | ` +
         `${fixed(l.prefill.tokPerSec, 2)} ± ${fixed(l.prefill.stddev, 2)} | ${fixed(l.decode.tokPerSec, 2)} ± ${fixed(l.decode.stddev, 2)} | ` +
         `${fixed((l.decode.tokPerSec * l.decodeBytesPerToken) / GB, 2)} | ` +
         `${pct(l.decodeBandwidthFraction)} | ${gib(l.peakRssBytes)} | |`,

@@ -4,6 +4,7 @@
 import * as fs from "node:fs";
 import { parseArgs } from "node:util";
 import { embeddedModelDir, load, type CaptureName, type Model } from "../sdk/index";
+import { median } from "./stats";
 
 const HELP = `Usage: npx tsx bench/router-capture.ts [--model DIR] [--tokens N] [--rounds N] [--threads N] [--json FILE]
 Measures decode tok/s without capture and with capture: ["router"], alternating token by token in one
@@ -27,7 +28,6 @@ async function interleavedRates(model: Model, tokens: number): Promise<{ off: nu
   return { off: tokens / spent.off, on: tokens / spent.on };
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
