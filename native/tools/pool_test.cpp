@@ -1,4 +1,4 @@
-// The CPU backend's thread pool: every index runs exactly once, tasks hand out one index at a time, and a
+// The CPU backend's thread pool: every index runs exactly once, tasks spread over the threads, and a
 // loop inside a task runs inline on that task's thread (the pool serves one loop at a time). Prints one
 // line per check and "N failures"; exits non-zero on a failure.
 #include <atomic>
