@@ -138,7 +138,7 @@ int weighted_rows_case(std::mt19937& rng, int count, int dim) {
 
 int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols, DType scale_dtype) {
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
-  const int rows = 7, tokens = 7;
+  const int rows = 9, tokens = 7, most_tokens = 37;
   LinearWeight w;
   w.name = "int8";
   w.rows = rows;
@@ -154,8 +154,8 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
   w.scales = {scales.data()};
   w.biases = {biases.data()};
   // Activations with a different magnitude per 32-column block, one all-zero block, and exact ties.
-  std::vector<float> x(size_t(tokens) * cols);
-  for (int t = 0; t < tokens; ++t)
+  std::vector<float> x(size_t(most_tokens) * cols);
+  for (int t = 0; t < most_tokens; ++t)
     for (int j = 0; j < cols / 32; ++j) {
       const float mag = (t + j) % 5 == 3 ? 0.f : std::pow(4.f, float(int(rng() % 7) - 3));
       for (int k = 0; k < 32; ++k) x[size_t(t) * cols + j * 32 + k] = mag * uni(rng);
@@ -164,11 +164,12 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
   Int8Input in;
   quantize_input(w, x.data(), tokens, &in, planes);
   double kernel = 0, identity = 0, tiles = 0, quant = 0;
-  // Prefill tiles of 1-4 rows over 7 and 6 tokens (every row and token block shape the kernels have).
-  for (int n : {tokens, tokens - 1}) {
+  // Prefill tiles of 1-8 rows over 7, 6 and 37 tokens (one part-filled block of 16 tokens, and two full
+  // ones and a part-filled one).
+  for (int n : {tokens, tokens - 1, most_tokens}) {
     Int8Input part;
     quantize_input(w, x.data(), n, &part, planes);
-    for (int nr = 1; nr <= 4; ++nr) {
+    for (int nr = 1; nr <= 8; ++nr) {
       std::vector<float> y(size_t(n) * rows, NAN);
       for (int r0 = 0; r0 < rows; r0 += nr) gemm_int8(w, 0, r0, std::min(nr, rows - r0), part, y.data(), rows);
       std::vector<float> wr(static_cast<size_t>(cols));

@@ -137,9 +137,10 @@ void CpuBackend::quantize(const LinearWeight& w, const float* x, int n, Int8Inpu
   pool_.parallel_for(size_t(n), grain_for(size_t(w.cols) * 4), [&](size_t t0, size_t t1) {
     for (size_t t = t0; t < t1; ++t) in->quantize_row(x + t * size_t(w.cols), int(t));
   });
+  in->pack();
 }
 
-// The int8-activation matmul (int8.h): rows in parallel for one token, tiles of 4 rows x all tokens
+// The int8-activation matmul (int8.h): rows in parallel for one token, tiles of 8 rows x all tokens
 // otherwise (each tile's packed rows, a few KiB, stay in L1 while the tokens stream past).
 void CpuBackend::linear_int8(const LinearWeight& w, int64_t expert, const Int8Input& in, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
@@ -149,7 +150,7 @@ void CpuBackend::linear_int8(const LinearWeight& w, int64_t expert, const Int8In
     });
     return;
   }
-  constexpr int kTile = 4;
+  constexpr int kTile = 8;
   pool_.parallel_for(size_t((rows + kTile - 1) / kTile), grain_for(size_t(kTile) * cols * in.n), [&](size_t b0, size_t b1) {
     for (size_t b = b0; b < b1; ++b) {
       const int64_t r0 = int64_t(b) * kTile;

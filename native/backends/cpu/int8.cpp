@@ -250,9 +250,28 @@ void Int8Input::quantize_row(const float* x, int t) {
     }
 }
 
+void Int8Input::pack() {
+#if MOELENS_I8_VNNI
+  if (n < 2) return;  // decode reads qk
+  const int64_t tblocks = (n + 15) / 16, dwords = kstride / 4;
+  packed.assign(size_t(tblocks * dwords * 16), 0);
+  packed_d.assign(size_t(tblocks * blocks * 16), 0.f);
+  packed_bsum.assign(size_t(tblocks * gstride * 16), 0.f);
+  for (int t = 0; t < n; ++t) {
+    const int64_t tb = t / 16, lane = t % 16;
+    const int8_t* kr = qk.data() + size_t(t) * size_t(kstride);
+    int32_t* pk = packed.data() + tb * dwords * 16 + lane;
+    for (int64_t i = 0; i < dwords; ++i) std::memcpy(pk + i * 16, kr + 4 * i, 4);
+    for (int64_t j = 0; j < blocks; ++j) packed_d[size_t((tb * blocks + j) * 16 + lane)] = d[size_t(t * blocks + j)];
+    for (int64_t g = 0; g < gstride; ++g) packed_bsum[size_t((tb * gstride + g) * 16 + lane)] = bsum[size_t(t * gstride + g)];
+  }
+#endif
+}
+
 void quantize_input(const LinearWeight& w, const float* x, int n, Int8Input* out, int planes) {
   out->init(w, n, planes);
   for (int t = 0; t < n; ++t) out->quantize_row(x + size_t(t) * size_t(w.cols), t);
+  out->pack();
 }
 
 float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
@@ -325,7 +344,6 @@ inline __mmask64 tail_mask(int64_t bytes) { return bytes >= 64 ? ~__mmask64(0) :
 template <int kBits>
 struct ChunkWeights {
   __m512i lo, hi;
-  ChunkWeights() = default;
   explicit ChunkWeights(__m512i b) {
     if (kBits == 4) {
       const __m512i low = _mm512_set1_epi8(0x0F);
@@ -383,85 +401,104 @@ float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
-// R rows x T tokens (prefill). Each row's chunk is loaded and unpacked once per block of T tokens.
-// sx: the rows' lane scales, [R][chunks][16]; bx: their biases, [R][gstride].
-template <int kBits, int kPlanes, int R, int T>
-void tile_vnni(const uint8_t* const* rows, const float* sx, const float* bx, const Int8Input& in, int t0, int64_t row_bytes,
-               float* y, int64_t ldy, int64_t r0) {
-  const int64_t cc = chunk_cols(kBits), cb = cc * kBits / 8, chunks = in.chunks, full = row_bytes / cb;
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < chunks; ++c) {
-    ChunkWeights<kBits> cw[R];
-    for (int r = 0; r < R; ++r)
-      cw[r] = ChunkWeights<kBits>(c < full ? _mm512_loadu_si512(rows[r] + c * cb)
-                                           : _mm512_maskz_loadu_epi8(tail_mask(row_bytes - c * cb), rows[r] + c * cb));
-    for (int t = 0; t < T; ++t) {
-      const int8_t* xk = in.qk.data() + size_t(t0 + t) * size_t(in.kstride) + c * cc * kPlanes;
-      const __m512 dl = _mm512_loadu_ps(in.dlane.data() + (size_t(t0 + t) * size_t(chunks) + size_t(c)) * 16);
-      for (int r = 0; r < R; ++r) {
-        __m512i dot = cw[r].dot(_mm512_setzero_si512(), xk);
-        if (kPlanes == 2) dot = cw[r].dot(_mm512_slli_epi32(dot, 7), xk + cc);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), dl), _mm512_loadu_ps(sx + (r * chunks + c) * 16),
-                                    acc[r][t]);
+// Prefill: R rows (their weights unpacked to one byte each, in kernel order) against one block of 16
+// packed tokens. For each 32-column block: 8 vpdpbusd per row and plane, each broadcasting 4 weights
+// against the 16 tokens' 4 activations; then the block's int32 sums, scaled by the tokens' d and the
+// row's group scale, join the row's fp32 sums. For each block, 8 offsets: `xoff`, the dwords of its
+// columns in a token's kernel-order row, plane 0 (plane 1 sits cc/4 dwords further); `woff`, the same
+// columns' bytes in a row of weight bytes (wstride apart).
+template <int kBits, int kPlanes, int R>
+void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* bx, const int32_t* xoff, const int32_t* woff,
+               const Int8Input& in, int64_t tb, float* y, int64_t ldy, int64_t r0) {
+  const int64_t plane_dwords = chunk_cols(kBits) / 4, kd = in.kstride / 4;
+  const int32_t* tok = in.packed.data() + tb * kd * 16;
+  const float* dt = in.packed_d.data() + tb * in.blocks * 16;
+  __m512 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < in.blocks; ++j) {
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+    for (int plane = 0; plane < kPlanes; ++plane) {
+      if (plane == 1)
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_slli_epi32(acc[r], 7);
+      for (int i = 0; i < 8; ++i) {
+        const __m512i x = _mm512_loadu_si512(tok + (xoff[j * 8 + i] + plane * plane_dwords) * 16);
+        for (int r = 0; r < R; ++r) {
+          int32_t w4;
+          std::memcpy(&w4, wb + r * wstride + woff[j * 8 + i], 4);
+          acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(w4), x);
+        }
       }
     }
+    const __m512 d = _mm512_loadu_ps(dt + j * 16);
+    const int64_t g = (j * kBlock) >> in.gshift;
+    for (int r = 0; r < R; ++r)
+      total[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), d), _mm512_set1_ps(s[r * in.gstride + g]), total[r]);
   }
-  for (int t = 0; t < T; ++t) {
-    const float* bs = in.bsum.data() + size_t(t0 + t) * size_t(in.gstride);
-    for (int r = 0; r < R; ++r) {
-      __m512 a = acc[r][t];
-      for (int64_t i = 0; i < in.gstride; i += 16)
-        a = _mm512_fmadd_ps(_mm512_loadu_ps(bx + r * in.gstride + i), _mm512_loadu_ps(bs + i), a);
-      y[size_t(t0 + t) * size_t(ldy) + size_t(r0 + r)] = _mm512_reduce_add_ps(a);
-    }
+  const float* bt = in.packed_bsum.data() + tb * in.gstride * 16;
+  for (int64_t g = 0; g < in.gstride; ++g) {
+    const __m512 b = _mm512_loadu_ps(bt + g * 16);
+    for (int r = 0; r < R; ++r) total[r] = _mm512_fmadd_ps(_mm512_set1_ps(bx[r * in.gstride + g]), b, total[r]);
   }
-}
-
-template <int kBits, int kPlanes, int R>
-void rows_vnni(const uint8_t* const* rows, const float* sx, const float* bx, const Int8Input& in, int64_t row_bytes, float* y,
-               int64_t ldy, int64_t r0) {
-  constexpr int T = R >= 3 ? 3 : 4;
-  int t = 0;
-  for (; t + T <= in.n; t += T) tile_vnni<kBits, kPlanes, R, T>(rows, sx, bx, in, t, row_bytes, y, ldy, r0);
-  switch (in.n - t) {
-    case 3: tile_vnni<kBits, kPlanes, R, 3>(rows, sx, bx, in, t, row_bytes, y, ldy, r0); break;
-    case 2: tile_vnni<kBits, kPlanes, R, 2>(rows, sx, bx, in, t, row_bytes, y, ldy, r0); break;
-    case 1: tile_vnni<kBits, kPlanes, R, 1>(rows, sx, bx, in, t, row_bytes, y, ldy, r0); break;
-    default: break;
+  const int tokens = int(std::min<int64_t>(16, in.n - tb * 16));
+  for (int r = 0; r < R; ++r) {
+    alignas(64) float out[16];
+    _mm512_store_ps(out, total[r]);
+    for (int t = 0; t < tokens; ++t) y[size_t(tb * 16 + t) * size_t(ldy) + size_t(r0 + r)] = out[t];
   }
 }
 
 template <int kBits, int kPlanes>
 void gemm_vnni(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
-  const int64_t chunks = in.chunks, groups = w.cols / w.group_size;
-  // Per thread, reused across calls: the tiles' lane scales, biases (zero-padded) and one row's scales.
-  thread_local std::vector<float> scratch;
-  scratch.resize(size_t(nr) * size_t(chunks) * 16 + size_t(nr) * size_t(in.gstride) + size_t(groups));
-  float* sx = scratch.data();
-  float* bx = sx + size_t(nr) * size_t(chunks) * 16;
-  float* s = bx + size_t(nr) * size_t(in.gstride);
-  std::fill(bx, s, 0.f);
-  const uint8_t* rows[4];
+  const int64_t cc = chunk_cols(kBits), cb = cc * kBits / 8, chunks = in.chunks, groups = w.cols / w.group_size;
+  const int64_t row_bytes = int64_t(w.row_bytes()), full = row_bytes / cb, wstride = chunks * cc;
+  // Per thread, reused across calls: the rows' bytes in kernel order, scales and biases (zero-padded
+  // to gstride), and each block's offsets.
+  thread_local std::vector<uint8_t> wbytes;
+  thread_local std::vector<float> sb;
+  thread_local std::vector<int32_t> offsets;
+  wbytes.resize(size_t(nr * wstride));
+  sb.assign(size_t(2 * nr * in.gstride), 0.f);
+  float* s = sb.data();
+  float* bx = s + nr * in.gstride;
   for (int r = 0; r < nr; ++r) {
     const Row row = row_of(w, expert, r0 + r);
-    rows[r] = row.data;
-    to_f32(row.scales, w.scale_dtype, groups, s);
-    to_f32(row.biases, w.scale_dtype, groups, bx + size_t(r) * size_t(in.gstride));
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int l = 0; l < 16; ++l) {
-        const int64_t b = lane_block(kBits, c, l);
-        sx[(size_t(r) * size_t(chunks) + size_t(c)) * 16 + size_t(l)] = b < in.blocks ? s[size_t(b * kBlock / w.group_size)] : 0.f;
-      }
+    to_f32(row.scales, w.scale_dtype, groups, s + r * in.gstride);
+    to_f32(row.biases, w.scale_dtype, groups, bx + r * in.gstride);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const ChunkWeights<kBits> cw(c < full ? _mm512_loadu_si512(row.data + c * cb)
+                                            : _mm512_maskz_loadu_epi8(tail_mask(row_bytes - c * cb), row.data + c * cb));
+      _mm512_storeu_si512(wbytes.data() + r * wstride + c * cc, cw.lo);
+      if (kBits == 4) _mm512_storeu_si512(wbytes.data() + r * wstride + c * cc + 64, cw.hi);
+    }
   }
-  const int64_t row_bytes = int64_t(w.row_bytes());
-  switch (nr) {
-    case 4: return rows_vnni<kBits, kPlanes, 4>(rows, sx, bx, in, row_bytes, y, ldy, r0);
-    case 3: return rows_vnni<kBits, kPlanes, 3>(rows, sx, bx, in, row_bytes, y, ldy, r0);
-    case 2: return rows_vnni<kBits, kPlanes, 2>(rows, sx, bx, in, row_bytes, y, ldy, r0);
-    case 1: return rows_vnni<kBits, kPlanes, 1>(rows, sx, bx, in, row_bytes, y, ldy, r0);
-    default: break;
+  // Block j's columns: for 4-bit, dwords 4·jj.. of the chunk's even half and of its odd half (jj = j mod
+  // 4); for 8-bit, dwords 8·jj.. (jj = j mod 2).
+  offsets.resize(size_t(in.blocks * 16));
+  int32_t* xoff = offsets.data();
+  int32_t* woff = xoff + in.blocks * 8;
+  const int64_t per_chunk = cc / kBlock, pd = cc / 4;
+  for (int64_t j = 0; j < in.blocks; ++j) {
+    const int64_t c = j / per_chunk, jj = j % per_chunk;
+    for (int i = 0; i < 8; ++i) {
+      const int64_t m = kBits == 4 ? (i < 4 ? 4 * jj + i : 16 + 4 * jj + i - 4) : 8 * jj + i;
+      xoff[j * 8 + i] = int32_t(c * kPlanes * pd + m);
+      woff[j * 8 + i] = int32_t(4 * (c * pd + m));
+    }
+  }
+  const int64_t tblocks = (in.n + 15) / 16;
+  for (int64_t tb = 0; tb < tblocks; ++tb) {
+    switch (nr) {
+      case 8: tile_vnni<kBits, kPlanes, 8>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 7: tile_vnni<kBits, kPlanes, 7>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 6: tile_vnni<kBits, kPlanes, 6>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 5: tile_vnni<kBits, kPlanes, 5>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 4: tile_vnni<kBits, kPlanes, 4>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 3: tile_vnni<kBits, kPlanes, 3>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 2: tile_vnni<kBits, kPlanes, 2>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 1: tile_vnni<kBits, kPlanes, 1>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      default: break;
+    }
   }
 }
 #endif  // MOELENS_I8_VNNI

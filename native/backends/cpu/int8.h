@@ -65,14 +65,22 @@ struct Int8Input {
   std::vector<float> dlane;  // [n, chunks * 16]
   std::vector<float> bsum;   // [n, gstride]: B_G = Σ_{j∈G} d_j Σ q
 
+  // Prefill (AVX-512 VNNI builds): the rows again with 16 tokens to a vector, k-major (for each dword of
+  // the kernel-order row, the 16 tokens' dwords; tokens past n are zero), and the tokens' block scales
+  // and bias sums likewise, so that a tile broadcasts 4 weights against 16 tokens per vpdpbusd.
+  std::vector<int32_t> packed;     // [token blocks][kstride / 4][16]
+  std::vector<float> packed_d;     // [token blocks][blocks][16]
+  std::vector<float> packed_bsum;  // [token blocks][gstride][16]
+
   // Sizes the buffers for n rows against `w`; then quantize_row fills each row (rows are independent,
-  // so callers may fill them in parallel).
+  // so callers may fill them in parallel), and pack() the packed copies once all rows are in.
   void init(const LinearWeight& w, int rows, int planes = 1);
   void quantize_row(const float* x, int t);
+  void pack();
   // Whether these activations suit `w` as well (same bits, group size and columns).
   bool fits(const LinearWeight& w) const { return w.bits == bits && w.group_size == group_size && w.cols == cols; }
 };
-// init + quantize_row for every row of x[n, w.cols].
+// init + quantize_row for every row of x[n, w.cols], then pack.
 void quantize_input(const LinearWeight& w, const float* x, int n, Int8Input* out, int planes = 1);
 // Activation planes of a precision: 1 for int8, 2 for int16 (0 for fp32).
 inline int activation_planes(Precision p) { return p == Precision::Int8 ? 1 : p == Precision::Int16 ? 2 : 0; }
@@ -83,8 +91,9 @@ float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, i
 // tested against, and the fallback where no SIMD kernel applies.
 float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8Input& in, int t = 0);
 
-// Prefill: y[t * ldy + r0 + r] for rows r0 .. r0+nr-1 (nr <= 4) of expert `expert` and every row t of
-// `in`. Each weight chunk is unpacked once per block of tokens and reused for all of them.
+// Prefill: y[t * ldy + r0 + r] for rows r0 .. r0+nr-1 (nr <= 8) of expert `expert` and every row t of
+// `in` (packed). With VNNI, the rows are unpacked to bytes once and each 4 of them broadcast against 16
+// tokens; elsewhere the row kernel runs per token.
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy);
 
 }  // namespace moelens::cpu
