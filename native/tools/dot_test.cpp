@@ -164,12 +164,12 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
   Int8Input in;
   quantize_input(w, x.data(), tokens, &in, planes);
   double kernel = 0, identity = 0, tiles = 0, quant = 0;
-  // Prefill tiles of 1-8 rows over 7, 6 and 37 tokens (one part-filled block of 16 tokens, and two full
-  // ones and a part-filled one).
+  // Prefill tiles of 1-9 rows (9: more than one tile holds) over 7, 6 and 37 tokens (one part-filled
+  // block of 16 tokens, and two full ones and a part-filled one).
   for (int n : {tokens, tokens - 1, most_tokens}) {
     Int8Input part;
     quantize_input(w, x.data(), n, &part, planes);
-    for (int nr = 1; nr <= 8; ++nr) {
+    for (int nr = 1; nr <= rows; ++nr) {
       std::vector<float> y(size_t(n) * rows, NAN);
       for (int r0 = 0; r0 < rows; r0 += nr) gemm_int8(w, 0, r0, std::min(nr, rows - r0), part, y.data(), rows);
       std::vector<float> wr(static_cast<size_t>(cols));

@@ -693,6 +693,10 @@ float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, i
 
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
 #if MOELENS_I8_VNNI
+  if (nr > 8) {  // the tiles hold at most 8 rows
+    for (int r = 0; r < nr; r += 8) gemm_int8(w, expert, r0 + r, std::min(8, nr - r), in, y, ldy);
+    return;
+  }
   const bool two = in.planes == 2;
   if (w.bits == 4) return two ? gemm_vnni<4, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<4, 1>(w, expert, r0, nr, in, y, ldy);
   return two ? gemm_vnni<8, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<8, 1>(w, expert, r0, nr, in, y, ldy);

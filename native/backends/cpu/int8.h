@@ -91,9 +91,9 @@ float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, i
 // tested against, and the fallback where no SIMD kernel applies.
 float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8Input& in, int t = 0);
 
-// Prefill: y[t * ldy + r0 + r] for rows r0 .. r0+nr-1 (nr <= 8) of expert `expert` and every row t of
-// `in` (packed). With VNNI, the rows are unpacked to bytes once and each 4 of them broadcast against 16
-// tokens; elsewhere the row kernel runs per token.
+// Prefill: y[t * ldy + r0 + r] for rows r0 .. r0+nr-1 of expert `expert` and every row t of `in`
+// (packed). With VNNI, tiles of up to 8 rows are unpacked to bytes once and each 4 of their weights
+// broadcast against 16 tokens; elsewhere the row kernel runs per token.
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy);
 
 }  // namespace moelens::cpu
