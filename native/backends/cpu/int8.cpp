@@ -265,6 +265,19 @@ void Int8Input::pack() {
     for (int64_t j = 0; j < blocks; ++j) packed_d[size_t((tb * blocks + j) * 16 + lane)] = d[size_t(t * blocks + j)];
     for (int64_t g = 0; g < gstride; ++g) packed_bsum[size_t((tb * gstride + g) * 16 + lane)] = bsum[size_t(t * gstride + g)];
   }
+  // Block j's columns: for 4-bit, dwords 4·jj.. of the chunk's even half and of its odd half (jj = j mod
+  // 4); for 8-bit, dwords 8·jj.. (jj = j mod 2).
+  const int64_t cc = chunk_cols(bits), per_chunk = cc / kBlock, pd = cc / 4;
+  block_xoff.resize(size_t(blocks * 8));
+  block_woff.resize(size_t(blocks * 8));
+  for (int64_t j = 0; j < blocks; ++j) {
+    const int64_t c = j / per_chunk, jj = j % per_chunk;
+    for (int i = 0; i < 8; ++i) {
+      const int64_t m = bits == 4 ? (i < 4 ? 4 * jj + i : 16 + 4 * jj + i - 4) : 8 * jj + i;
+      block_xoff[size_t(j * 8 + i)] = int32_t(c * planes * pd + m);
+      block_woff[size_t(j * 8 + i)] = int32_t(4 * (c * pd + m));
+    }
+  }
 #endif
 }
 
@@ -404,15 +417,16 @@ float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t
 // Prefill: R rows (their weights unpacked to one byte each, in kernel order) against one block of 16
 // packed tokens. For each 32-column block: 8 vpdpbusd per row and plane, each broadcasting 4 weights
 // against the 16 tokens' 4 activations; then the block's int32 sums, scaled by the tokens' d and the
-// row's group scale, join the row's fp32 sums. For each block, 8 offsets: `xoff`, the dwords of its
-// columns in a token's kernel-order row, plane 0 (plane 1 sits cc/4 dwords further); `woff`, the same
-// columns' bytes in a row of weight bytes (wstride apart).
+// row's group scale, join the row's fp32 sums. The rows' bytes are wstride apart; in.block_xoff and
+// in.block_woff say where each block's columns are.
 template <int kBits, int kPlanes, int R>
-void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* bx, const int32_t* xoff, const int32_t* woff,
-               const Int8Input& in, int64_t tb, float* y, int64_t ldy, int64_t r0) {
+void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* bx, const Int8Input& in, int64_t tb, float* y,
+               int64_t ldy, int64_t r0) {
   const int64_t plane_dwords = chunk_cols(kBits) / 4, kd = in.kstride / 4;
   const int32_t* tok = in.packed.data() + tb * kd * 16;
   const float* dt = in.packed_d.data() + tb * in.blocks * 16;
+  const int32_t* xoff = in.block_xoff.data();
+  const int32_t* woff = in.block_woff.data();
   __m512 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < in.blocks; ++j) {
@@ -452,11 +466,10 @@ template <int kBits, int kPlanes>
 void gemm_vnni(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
   const int64_t cc = chunk_cols(kBits), cb = cc * kBits / 8, chunks = in.chunks, groups = w.cols / w.group_size;
   const int64_t row_bytes = int64_t(w.row_bytes()), full = row_bytes / cb, wstride = chunks * cc;
-  // Per thread, reused across calls: the rows' bytes in kernel order, scales and biases (zero-padded
-  // to gstride), and each block's offsets.
+  // Per thread, reused across calls: the rows' bytes in kernel order, and their scales and biases
+  // (zero-padded to gstride).
   thread_local std::vector<uint8_t> wbytes;
   thread_local std::vector<float> sb;
-  thread_local std::vector<int32_t> offsets;
   wbytes.resize(size_t(nr * wstride));
   sb.assign(size_t(2 * nr * in.gstride), 0.f);
   float* s = sb.data();
@@ -472,31 +485,17 @@ void gemm_vnni(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const 
       if (kBits == 4) _mm512_storeu_si512(wbytes.data() + r * wstride + c * cc + 64, cw.hi);
     }
   }
-  // Block j's columns: for 4-bit, dwords 4·jj.. of the chunk's even half and of its odd half (jj = j mod
-  // 4); for 8-bit, dwords 8·jj.. (jj = j mod 2).
-  offsets.resize(size_t(in.blocks * 16));
-  int32_t* xoff = offsets.data();
-  int32_t* woff = xoff + in.blocks * 8;
-  const int64_t per_chunk = cc / kBlock, pd = cc / 4;
-  for (int64_t j = 0; j < in.blocks; ++j) {
-    const int64_t c = j / per_chunk, jj = j % per_chunk;
-    for (int i = 0; i < 8; ++i) {
-      const int64_t m = kBits == 4 ? (i < 4 ? 4 * jj + i : 16 + 4 * jj + i - 4) : 8 * jj + i;
-      xoff[j * 8 + i] = int32_t(c * kPlanes * pd + m);
-      woff[j * 8 + i] = int32_t(4 * (c * pd + m));
-    }
-  }
   const int64_t tblocks = (in.n + 15) / 16;
   for (int64_t tb = 0; tb < tblocks; ++tb) {
     switch (nr) {
-      case 8: tile_vnni<kBits, kPlanes, 8>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 7: tile_vnni<kBits, kPlanes, 7>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 6: tile_vnni<kBits, kPlanes, 6>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 5: tile_vnni<kBits, kPlanes, 5>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 4: tile_vnni<kBits, kPlanes, 4>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 3: tile_vnni<kBits, kPlanes, 3>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 2: tile_vnni<kBits, kPlanes, 2>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
-      case 1: tile_vnni<kBits, kPlanes, 1>(wbytes.data(), wstride, s, bx, xoff, woff, in, tb, y, ldy, r0); break;
+      case 8: tile_vnni<kBits, kPlanes, 8>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 7: tile_vnni<kBits, kPlanes, 7>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 6: tile_vnni<kBits, kPlanes, 6>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 5: tile_vnni<kBits, kPlanes, 5>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 4: tile_vnni<kBits, kPlanes, 4>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 3: tile_vnni<kBits, kPlanes, 3>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 2: tile_vnni<kBits, kPlanes, 2>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
+      case 1: tile_vnni<kBits, kPlanes, 1>(wbytes.data(), wstride, s, bx, in, tb, y, ldy, r0); break;
       default: break;
     }
   }
@@ -693,20 +692,21 @@ float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, i
 
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
 #if MOELENS_I8_VNNI
-  if (nr > 8) {  // the tiles hold at most 8 rows
-    for (int r = 0; r < nr; r += 8) gemm_int8(w, expert, r0 + r, std::min(8, nr - r), in, y, ldy);
-    return;
+  if (in.n > 1) {  // packed tokens (one token is not packed: decode reads qk)
+    if (nr > 8) {  // the tiles hold at most 8 rows
+      for (int r = 0; r < nr; r += 8) gemm_int8(w, expert, r0 + r, std::min(8, nr - r), in, y, ldy);
+      return;
+    }
+    const bool two = in.planes == 2;
+    if (w.bits == 4) return two ? gemm_vnni<4, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<4, 1>(w, expert, r0, nr, in, y, ldy);
+    return two ? gemm_vnni<8, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<8, 1>(w, expert, r0, nr, in, y, ldy);
   }
-  const bool two = in.planes == 2;
-  if (w.bits == 4) return two ? gemm_vnni<4, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<4, 1>(w, expert, r0, nr, in, y, ldy);
-  return two ? gemm_vnni<8, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<8, 1>(w, expert, r0, nr, in, y, ldy);
-#else
+#endif
   // The row kernel per token: the row (at most a few KiB) stays in L1 across the tokens.
   for (int r = 0; r < nr; ++r) {
     const Row row = row_of(w, expert, r0 + r);
     for (int t = 0; t < in.n; ++t) y[size_t(t) * size_t(ldy) + size_t(r0 + r)] = dot_row_int8(w, row, in, t);
   }
-#endif
 }
 
 }  // namespace moelens::cpu

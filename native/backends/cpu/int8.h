@@ -71,6 +71,9 @@ struct Int8Input {
   std::vector<int32_t> packed;     // [token blocks][kstride / 4][16]
   std::vector<float> packed_d;     // [token blocks][blocks][16]
   std::vector<float> packed_bsum;  // [token blocks][gstride][16]
+  // Per 32-column block, its 8 dwords of 4 columns: in a kernel-order row of plane 0 (plane 1 sits a
+  // chunk-plane further), and as byte offsets in a row of weights unpacked to one byte each.
+  std::vector<int32_t> block_xoff, block_woff;  // [blocks][8]
 
   // Sizes the buffers for n rows against `w`; then quantize_row fills each row (rows are independent,
   // so callers may fill them in parallel), and pack() the packed copies once all rows are in.
