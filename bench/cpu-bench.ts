@@ -36,7 +36,8 @@ Options:
                        the rounds counts, for each engine (default 2)
   --threads N          threads for both engines (default 2)
   --precision LIST     moelens CPU precisions, comma-separated, each with its own labelled rows:
-                       fp32 (exact: the configuration the parity tests check; default), int8, int16
+                       fp32 (exact: the configuration the parity tests check; default), int24
+                       (integer activations in decode, checked by the same parity tests), int16, int8
                        (reduced precision: integer activations, docs/performance.md)
   --json OUT           write the full results as JSON
   --markdown OUT       write the Markdown table
@@ -45,7 +46,8 @@ Options:
 
 const DRIFT_LIMIT = 0.03; // Lily refuses rows that drift more than 3 % between rounds
 
-export type Precision = "fp32" | "int8" | "int16";
+export type Precision = "fp32" | "int24" | "int16" | "int8";
+const precisionNames: readonly Precision[] = ["fp32", "int24", "int16", "int8"];
 
 export interface MoelensRow {
   precision: Precision;
@@ -181,7 +183,9 @@ async function main(): Promise<void> {
   const threads = positiveInt("threads", values.threads!);
   const llamaReps = positiveInt("llama-reps", values["llama-reps"]!);
   const precisions = values.precision!.split(",").map((p) => p.trim());
-  for (const p of precisions) if (!["fp32", "int8", "int16"].includes(p)) throw new Error(`--precision '${values.precision}': each must be fp32, int8 or int16`);
+  for (const p of precisions) {
+    if (!(precisionNames as readonly string[]).includes(p)) throw new Error(`--precision '${values.precision}': each must be one of ${precisionNames.join(", ")}`);
+  }
 
   const config = JSON.parse(fs.readFileSync(configPath, "utf8")) as Record<string, unknown>;
   const traffic = decodeTraffic(decodeShape(config, configPath), mlxBitsPerWeight(config));

@@ -1,13 +1,13 @@
 // One measurement of moelens in a fresh process (spawned by bench/cpu-bench.ts): load, an exact-shape
 // warm-up (same prompt length, a few decode steps), then one timed prefill of the synthetic prompt and
 // timed greedy decode steps. Prints one JSON line.
-// `npx tsx bench/moelens-worker.ts --model DIR --prompt N --decode N --threads N [--precision fp32|int8|int16]`
+// `npx tsx bench/moelens-worker.ts --model DIR --prompt N --decode N --threads N [--precision fp32|int24|int16|int8]`
 import { parseArgs } from "node:util";
-import { load } from "../sdk/index";
+import { load, precisions, type Precision } from "../sdk/index";
 import { syntheticPrompt } from "./synthetic-prompt";
 
 export interface WorkerResult {
-  precision: "fp32" | "int8" | "int16";
+  precision: Precision;
   prompt: number;
   decode: number;
   threads: number;
@@ -38,7 +38,7 @@ async function main(): Promise<void> {
   }
 
   const precision = values.precision as WorkerResult["precision"];
-  if (!["fp32", "int8", "int16"].includes(precision)) throw new Error("moelens-worker: --precision must be fp32, int8 or int16");
+  if (!precisions.includes(precision)) throw new Error(`moelens-worker: --precision must be one of ${precisions.join(", ")}`);
 
   let t = performance.now();
   const model = await load(values.model, { backend: "cpu", threads, precision });

@@ -10,9 +10,14 @@ const GiB = 2 ** 30;
 const fixed = (x: number, digits: number) => x.toFixed(digits);
 const pct = (x: number) => `${(x * 100).toFixed(0)} %`;
 const gib = (b: number | null) => (b === null ? "n/a" : fixed(b / GiB, 2));
-// fp32 is the exact configuration the parity tests check; int8 and int16 are the reduced-precision modes.
+// fp32 is the exact configuration the parity tests check; int24 passes the same parity tests; int8 and
+// int16 are the reduced-precision modes.
 const precisionLabel = (p: string | undefined) =>
-  p === "int8" || p === "int16" ? `${p} activations, reduced precision` : "fp32, exact";
+  p === "int8" || p === "int16"
+    ? `${p} activations, reduced precision`
+    : p === "int24"
+      ? "int24 activations in decode, parity-checked"
+      : "fp32, exact";
 
 export function renderMarkdown(r: BenchResult): string {
   const m = r.machine;

@@ -14,19 +14,21 @@ import { loadTokenizer, type Tokenizer } from "./tokenizer/tokenizer";
 export type BackendName = "cpu" | "metal" | "cuda";
 
 /** How the CPU backend computes matmuls with MLX-quantized (4/8-bit) weights. "fp32" (default): fp32
- * activations, exact, the configuration the parity tests check. "int8": activations quantized to int8 in
- * blocks of 32 (as llama.cpp's Q8_0) and integer dot products; fastest, reduced precision. "int16": the
- * same kernels on activations quantized 128 times finer (two int8 planes); nearly as fast in decode, close
- * to fp32. See docs/performance.md, "Reduced precision: int8 activations". Dense (bf16/f16/f32) weights
+ * activations, exact, the configuration the parity tests check. "int24": the activations as 22-bit
+ * integers per block of 32 (three int8 planes) and integer dot products; rounding of the order of fp32's,
+ * checked by the same parity tests, faster in decode. "int8": activations quantized to int8 in blocks of
+ * 32 (as llama.cpp's Q8_0); fastest, reduced precision. "int16": two planes, close to fp32 but not within
+ * the parity tolerance. See docs/performance.md, "Integer activations". Dense (bf16/f16/f32) weights
  * are fp32 in every mode. */
-export type Precision = "fp32" | "int8" | "int16";
+export const precisions = ["fp32", "int24", "int16", "int8"] as const;
+export type Precision = (typeof precisions)[number];
 
 export interface LoadOptions {
   /** Compute backend (default "cpu"). */
   backend?: BackendName;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
-  /** CPU matmul precision for quantized weights (default "fp32", exact); "int8" and "int16" are faster reduced-precision modes. */
+  /** CPU matmul precision for quantized weights (default "fp32", exact; "int24" within the same parity tests, faster in decode); "int8" and "int16" are faster reduced-precision modes. */
   precision?: Precision;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;
@@ -111,7 +113,9 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   const backend = options.backend ?? "cpu";
   const threads = options.threads ?? defaultThreads(resolved);
   const precision = options.precision ?? "fp32";
-  if (!["fp32", "int8", "int16"].includes(precision)) throw new Error(`precision must be "fp32", "int8" or "int16", got ${JSON.stringify(precision)}`);
+  if (!precisions.includes(precision)) {
+    throw new Error(`precision must be one of ${precisions.map((p) => JSON.stringify(p)).join(", ")}; got ${JSON.stringify(precision)}`);
+  }
   const key = `${resolved}\0${backend}\0${threads}\0${precision}`;
   const cached = options.fresh ? undefined : loadedModels.get(key)?.deref();
   if (cached && !cached.disposed) return cached;

@@ -83,8 +83,8 @@ export interface NativeConfig {
 export interface NativeInfo {
   dir: string;
   backend: string;
-  /** "fp32" (exact), or "int8" / "int16" (the CPU backend's reduced-precision modes: LoadOptions.precision). */
-  precision: "fp32" | "int8" | "int16";
+  /** "fp32" (exact) or the CPU backend's integer-activation modes "int24" / "int16" / "int8" (LoadOptions.precision). */
+  precision: "fp32" | "int24" | "int16" | "int8";
   layout: "hf" | "mlx";
   weightBytes: number;
   quantized: boolean;

@@ -75,7 +75,7 @@ describe("moelens CLI", () => {
       [["generate", "--temperature=-1", "x"], /--temperature must be >= 0/],
       [["generate", "--temperature", "-1", "x"], /'--temperature' argument is ambiguous/],
       [["generate", ...modelFlags(), "--backend", "warp", "x"], /--backend warp: unknown \(available: cpu/],
-      [["generate", ...modelFlags(), "--precision", "int4", "x"], /--precision must be fp32, int8 or int16, got 'int4'/],
+      [["generate", ...modelFlags(), "--precision", "int4", "x"], /--precision must be fp32, int24, int16, int8; got 'int4'/],
       [["generate", "--model", "/nonexistent", "x"], /--model \/nonexistent: no such folder/],
       [["chat", ...modelFlags(), "stray"], /chat takes no arguments/],
     ];

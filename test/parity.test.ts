@@ -1,12 +1,14 @@
 // Parity of the CPU backend with the transformers reference on every fixture and layout:
 // logits at every position, greedy decode through the caches, router top-k sets, residual stream,
-// split prefills and forks.
+// split prefills and forks. Both exact-class precisions run every check with the same tolerances:
+// "fp32" (the default) and "int24" (integer activations whose rounding is of the order of fp32's).
 import { describe, expect, test } from "vitest";
-import { load, type Model } from "moelens";
+import { load, type Model, type Precision } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
 import { std } from "./helpers/safetensors";
 
-const cases = fixtureCases();
+const parityPrecisions: Precision[] = ["fp32", "int24"];
+const cases = fixtureCases().flatMap((c) => parityPrecisions.map((precision) => ({ ...c, precision })));
 
 // Logits within 1e-3 of the reference logits' standard deviation, at each position.
 function expectLogitsClose(ours: Float32Array, ref: Float32Array, vocab: number, what: string) {
@@ -31,12 +33,13 @@ test("fixtures are present", () => {
   expect(cases.length).toBeGreaterThanOrEqual(2);
 });
 
-describe.each(cases)("$name", ({ modelDir, ref, prompts }) => {
+describe.each(cases)("$name, $precision", ({ modelDir, ref, prompts, precision }) => {
   let model: Model;
   const vocab = () => model.config.vocabSize;
 
   test("loads", async () => {
-    model = await load(modelDir);
+    model = await load(modelDir, { precision });
+    expect(model.info.precision).toBe(precision);
     expect(model.config.numLayers).toBe(get(ref, `${prompts[0]}.hidden`).shape[0]);
   });
 

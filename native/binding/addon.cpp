@@ -25,7 +25,7 @@ std::vector<std::string> backend_names() {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& precision) {
   cpu::Precision p;
-  if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8 or int16)");
+  if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8, int16 or int24)");
   if (name == "cpu") return std::make_unique<CpuBackend>(threads, p);
   if (p != cpu::Precision::F32) fail("precision '", precision, "' is a mode of the cpu backend, not of '", name, "'");
   std::string all;

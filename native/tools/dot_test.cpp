@@ -78,7 +78,7 @@ const char* simd_name() {
 #endif
 }
 
-// The int8-activation kernels on one weight layout (planes 1: precision int8; 2: int16): for every row and token,
+// The int8-activation kernels on one weight layout (planes 1: precision int8; 2: int16; 3: int24): for every row and token,
 //   kernel   dot_row_int8 (this build's SIMD) and gemm_int8 (prefill tiles) vs dot_row_int8_reference,
 //   identity the reference vs Σ ŵ·x̂ in double (dequantised weights times dequantised activations),
 // both within fp32 rounding: 1e-5 of Σ|ŵ·x̂|. Also prints the activation rounding error
@@ -216,7 +216,7 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
   const bool ok = kernel <= 1e-5 && tiles <= 1e-5 && identity <= 1e-5 && quant < 2e-2;
   std::printf("%-11s %-5s bits=%d group=%-3d cols=%-4d scales=%-4s kernel %.1e tile %.1e identity %.1e (of sum|w*x|), "
               "activation rounding %.1e %s\n",
-              int8_kernel_name(), planes == 2 ? "int16" : "int8", bits, group_size, cols, dtype_name(scale_dtype), kernel, tiles, identity, quant, ok ? "ok" : "FAIL");
+              int8_kernel_name(), planes == 3 ? "int24" : planes == 2 ? "int16" : "int8", bits, group_size, cols, dtype_name(scale_dtype), kernel, tiles, identity, quant, ok ? "ok" : "FAIL");
   return ok ? 0 : 1;
 }
 
@@ -328,7 +328,7 @@ int main() {
       {4, 32, 96, DType::BF16},   {4, 64, 192, DType::F16},  {4, 128, 384, DType::F32},  {8, 64, 2048, DType::BF16},
       {8, 32, 512, DType::BF16},  {8, 32, 96, DType::F16},   {8, 128, 256, DType::F32},  {8, 64, 64, DType::BF16},
   };
-  for (int planes : {1, 2})
+  for (int planes : {1, 2, 3})
     for (const Int8Case& c : int8_cases) failures += int8_case(rng, planes, c.bits, c.group_size, c.cols, c.scales);
   for (const int rows : {kGemmRows, 5})
     for (const int n : {1, 3, 16, 17, 40})

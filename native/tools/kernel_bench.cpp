@@ -1,8 +1,8 @@
 // moelens-kernel-bench: throughput of the CPU backend's matmul on MLX-quantized and dense weights
 // of realistic shapes, in GB/s of weight bytes read (decode: one activation row) and GFLOP/s
 // (prefill: many rows), from process CPU time divided by the threads (an estimate of wall time on an idle machine).
-// Each shape runs in every CPU precision (fp32 activations: exact; int8 / int16 activations: int8.h), labelled.
-// Usage: moelens-kernel-bench [--threads N] [--rows R] [--cols C] [--tokens T] [--precision fp32,int8,int16]
+// Each shape runs in every CPU precision (fp32 activations: exact; int8 / int16 / int24 activations: int8.h), labelled.
+// Usage: moelens-kernel-bench [--threads N] [--rows R] [--cols C] [--tokens T] [--precision fp32,int8,int16,int24]
 #include <time.h>
 
 #include <chrono>
@@ -20,7 +20,7 @@ using namespace moelens;
 
 int main(int argc, char** argv) {
   int threads = 0, rows = 16384, cols = 2048, tokens = 64;
-  std::vector<cpu::Precision> precisions = {cpu::Precision::F32, cpu::Precision::Int8, cpu::Precision::Int16};
+  std::vector<cpu::Precision> precisions = {cpu::Precision::F32, cpu::Precision::Int8, cpu::Precision::Int16, cpu::Precision::Int24};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--precision") {
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
         if (b == std::string::npos) b = list.size();
         cpu::Precision p;
         if (!cpu::parse_precision(list.substr(a, b - a), &p)) {
-          std::fprintf(stderr, "moelens-kernel-bench: --precision takes fp32, int8 and/or int16, comma-separated\n");
+          std::fprintf(stderr, "moelens-kernel-bench: --precision takes fp32, int8, int16 and/or int24, comma-separated\n");
           return 2;
         }
         precisions.push_back(p);

@@ -1,7 +1,7 @@
 // moelens-run: loads a checkpoint with the C++ core alone (no Node) and runs a prefill and a greedy
 // decode, printing one JSON line of timings. Used on machines without Node (the GPU machine) and by
 // benchmarks. Usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu]
-// [--precision fp32|int8|int16]
+// [--precision fp32|int8|int16|int24]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,7 +25,7 @@ int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(),
 void usage() {
   std::fprintf(stderr,
                "usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu] "
-               "[--precision fp32|int8|int16]\n");
+               "[--precision fp32|int8|int16|int24]\n");
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   try {
     if (backend != "cpu") fail("unknown backend '", backend, "'");
     cpu::Precision p;
-    if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8 or int16)");
+    if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8, int16 or int24)");
     auto t0 = Clock::now();
     auto model = Model::load(dir, std::make_unique<CpuBackend>(threads, p));
     double load_s = seconds_since(t0);

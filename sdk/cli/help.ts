@@ -19,8 +19,9 @@ Model:
                              (default: the embedded model, ${embeddedModelDir})
   --backend <name>           compute backend (default: cpu)
   --threads <n>              CPU threads (default: all cores)
-  --precision <p>            fp32 (default: exact), int8 or int16 (cpu backend: integer activations
-                             for quantized weights, faster, reduced precision; docs/performance.md)
+  --precision <p>            fp32 (default: exact), int24 (cpu backend: integer activations for
+                             quantized weights, within the parity tests, faster decode), int16 or
+                             int8 (faster still, reduced precision; docs/performance.md)
 
 Generation (generate, chat):
   --max-tokens <n>           most tokens to generate (default 256)

@@ -1,6 +1,6 @@
 // Command-line flags: parsed with node:util parseArgs, then checked and converted.
 import { parseArgs } from "node:util";
-import type { BackendName, Precision } from "../model";
+import { precisions, type BackendName, type Precision } from "../model";
 import type { GenerateOptions } from "../generate/generate";
 import { UsageError } from "./errors";
 
@@ -76,8 +76,8 @@ export function parseOptions(args: string[]): CliOptions {
 }
 
 export function precision(text: string | undefined): Precision | undefined {
-  if (text === undefined || text === "fp32" || text === "int8" || text === "int16") return text;
-  throw new UsageError(`--precision must be fp32, int8 or int16, got '${text}'`);
+  if (text === undefined || (precisions as readonly string[]).includes(text)) return text as Precision | undefined;
+  throw new UsageError(`--precision must be ${precisions.join(", ")}; got '${text}'`);
 }
 
 function number(flag: string, text: string | undefined, rule: { integer?: boolean; min?: number }): number | undefined {

@@ -80,7 +80,7 @@ void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* 
   const LinearWeight* tokens_layout = nullptr;
   for (const LinearJob& j : jobs) {
     const LinearWeight& w = *j.w;
-    if (int8(w)) {
+    if (int8(w, n)) {
       linear_int8(w, j.expert, quantized_for(w, x, n, &quantized), j.y);
     } else if (n == 1) {
       PreparedInput in;
@@ -176,7 +176,7 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   std::vector<size_t> first_row(jobs.size() + 1, 0);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const LinearWeight& w = static_cast<const CpuWeight*>(jobs[i].weight)->w;
-    in8[i] = int8(w) ? &quantized_for(w, f32(x), n, &quantized) : nullptr;
+    in8[i] = int8(w, n) ? &quantized_for(w, f32(x), n, &quantized) : nullptr;
     if (!in8[i]) prepare_input(w, f32(x), &in[i]);
     first_row[i + 1] = first_row[i] + size_t(w.rows);
   }
@@ -240,7 +240,7 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   const int64_t H = G.cols, I = G.rows;
   PreparedInput xg, xu;
   Int8Input qg, qu;  // int8 precision
-  const bool ig = int8(G), iu = int8(U), id = int8(D);
+  const bool ig = int8(G, 1), iu = int8(U, 1), id = int8(D, 1);
   if (ig) quantize_input(G, x, 1, &qg, planes());
   else prepare_input(G, x, &xg);
   if (iu && !(ig && qg.fits(U))) quantize_input(U, x, 1, &qu, planes());

@@ -31,7 +31,8 @@ class CpuWeight final : public Weight {
 class CpuBackend final : public Backend {
  public:
   // precision: how quantised (MLX 4/8-bit) matmuls treat their activations: fp32 (exact, the default and
-  // the reference), or int8 / int16 (opt-in, reduced precision, integer dot products; see int8.h).
+  // the reference), int24 (integer dot products in decode, within the same parity tests), or int8 / int16
+  // (opt-in, reduced precision, integer dot products; see int8.h).
   // Dense weights are always fp32.
   explicit CpuBackend(int threads = 0, cpu::Precision precision = cpu::Precision::F32);
   const char* name() const override { return "cpu"; }
@@ -83,8 +84,12 @@ class CpuBackend final : public Backend {
   // once per layout, not once per weight.
   void linear_shared(const std::vector<LinearJob>& jobs, const float* x, int n);
   void linear_packed(const LinearWeight& w, int64_t expert, const cpu::PackedTokens& x, float* y);
-  // Whether `w`'s matmuls run on the integer kernels (precision int8 or int16); `in` holds x quantised for w.
-  bool int8(const LinearWeight& w) const { return precision_ != cpu::Precision::F32 && cpu::int8_supported(w); }
+  // Whether `w`'s matmul over n activation rows runs on the integer kernels (int8.h). int24 takes them
+  // for one row only (decode): with three planes its prefill tiles are no faster than the fp32 ones,
+  // which are exact.
+  bool int8(const LinearWeight& w, int n) const {
+    return precision_ != cpu::Precision::F32 && cpu::int8_supported(w) && (precision_ != cpu::Precision::Int24 || n == 1);
+  }
   int planes() const { return cpu::activation_planes(precision_); }
   void quantize(const LinearWeight& w, const float* x, int n, cpu::Int8Input* in);
   // x quantised for w: the entry of `cache` that fits w's layout, else a new one (int8 precision quantises

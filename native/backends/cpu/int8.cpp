@@ -22,6 +22,7 @@ const char* precision_name(Precision p) {
   switch (p) {
     case Precision::Int8: return "int8";
     case Precision::Int16: return "int16";
+    case Precision::Int24: return "int24";
     default: return "fp32";
   }
 }
@@ -30,6 +31,7 @@ bool parse_precision(const std::string& name, Precision* out) {
   if (name == "fp32") *out = Precision::F32;
   else if (name == "int8") *out = Precision::Int8;
   else if (name == "int16") *out = Precision::Int16;
+  else if (name == "int24") *out = Precision::Int24;
   else return false;
   return true;
 }
@@ -54,6 +56,22 @@ constexpr int kBlock = 32;
 inline int64_t chunk_cols(int bits) { return bits == 4 ? 128 : 64; }
 // The 32-column block whose products int32 lane l (0..15) of chunk c sums (see Int8Input).
 inline int64_t lane_block(int bits, int64_t c, int l) { return bits == 4 ? 4 * c + l / 4 : 2 * c + l / 8; }
+
+// The largest |q| of a precision: 127 · 128^(planes - 1), so that the top plane stays within ±127.
+inline float max_q(int planes) { return 127.f * float(1 << (7 * (planes - 1))); }
+
+// Digit `plane` (0 = most significant) of q in base 128, balanced: q = Σ_p 128^(planes-1-p) · digit_p, the
+// top digit within ±127, the others within ±64 (each rounds what the ones above leave, half to even).
+inline int8_t plane_digit(int32_t q, int planes, int plane) {
+  int32_t rest = q;
+  for (int p = 0; p < planes - 1; ++p) {
+    const int shift = 7 * (planes - 1 - p);
+    const int32_t digit = int32_t(std::nearbyint(float(rest) * (1.f / float(1 << shift))));
+    if (p == plane) return int8_t(digit);
+    rest -= digit * (1 << shift);
+  }
+  return int8_t(rest);
+}
 
 inline int weight_at(const uint8_t* data, int bits, int64_t col) {
   return bits == 8 ? data[col] : (data[col / 2] >> (4 * (col & 1))) & 0xF;
@@ -149,11 +167,11 @@ void Int8Input::init(const LinearWeight& w, int rows, int activation_planes) {
 }
 
 void Int8Input::quantize_row(const float* x, int t) {
-  int16_t* qr = q.data() + size_t(t) * size_t(cols);
+  int32_t* qr = q.data() + size_t(t) * size_t(cols);
   float* dr = d.data() + size_t(t) * size_t(blocks);
   float* bs = bsum.data() + size_t(t) * size_t(gstride);
   int8_t* kr = qk.data() + size_t(t) * size_t(kstride);
-  const float qmax = planes == 2 ? 16256.f : 127.f;  // 127·128: the high plane stays within ±127
+  const float qmax = max_q(planes);
   const int64_t cc = chunk_cols(bits);
   // Every ISA computes the same values (round(x / d), half to even, is exact IEEE arithmetic either
   // way), so every kernel sees the same activations; moelens-dot-test compares the builds.
@@ -178,20 +196,23 @@ void Int8Input::quantize_row(const float* x, int t) {
     }
     dr[j] = dj;
     bs[j * kBlock / group_size] += dj * float(_mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + j * kBlock), _mm512_cvtepi32_epi16(qa));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + j * kBlock + 16), _mm512_cvtepi32_epi16(qb));
-    // Kernel order: plane 0 (q, or round(q / 128) for int16), plane 1 (q - 128·plane 0, within ±64).
+    _mm512_storeu_si512(qr + j * kBlock, qa);
+    _mm512_storeu_si512(qr + j * kBlock + 16, qb);
+    // Kernel order: the planes' digits, most significant first (see plane_digit).
     const int64_t c = j / (cc / kBlock), jj = j % (cc / kBlock);
+    __m512i ra = qa, rb = qb;  // what the planes so far leave
     for (int plane = 0; plane < planes; ++plane) {
-      __m512i va = qa, vb = qb;
-      if (planes == 2) {
-        const __m512 r = _mm512_set1_ps(1.f / 128.f);
-        auto high = [&](__m512i v) {
+      __m512i va = ra, vb = rb;
+      if (plane + 1 < planes) {
+        const int shift = 7 * (planes - 1 - plane);
+        const __m512 r = _mm512_set1_ps(1.f / float(1 << shift));  // a power of two: the product is exact
+        auto digit = [&](__m512i v) {
           return _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), r), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         };
-        const __m512i ha = high(qa), hb = high(qb);
-        va = plane == 0 ? ha : _mm512_sub_epi32(qa, _mm512_slli_epi32(ha, 7));
-        vb = plane == 0 ? hb : _mm512_sub_epi32(qb, _mm512_slli_epi32(hb, 7));
+        va = digit(ra);
+        vb = digit(rb);
+        ra = _mm512_sub_epi32(ra, _mm512_slli_epi32(va, shift));
+        rb = _mm512_sub_epi32(rb, _mm512_slli_epi32(vb, shift));
       }
       int8_t* o = kr + (c * planes + plane) * cc;
       if (bits == 4) {  // even columns of the block at 16·jj, odd ones at 64 + 16·jj
@@ -214,21 +235,14 @@ void Int8Input::quantize_row(const float* x, int t) {
       float v = dj > 0.f ? std::nearbyint(xb[k] / dj) : 0.f;
       v = v == v ? v : 0.f;  // NaN -> 0
       v = v > qmax ? qmax : v < -qmax ? -qmax : v;
-      qr[j * kBlock + k] = int16_t(v);
+      qr[j * kBlock + k] = int32_t(v);
       sum += int(v);
     }
     dr[j] = dj;
     bs[j * kBlock / group_size] += dj * float(sum);
   }
-  // Kernel order, per chunk: plane 0 (q itself for int8; round(q / 128) for int16), then for int16 plane 1,
-  // q - 128·plane 0, within ±64.
-  auto value = [&](int64_t col, int plane) -> int8_t {
-    if (col >= cols) return 0;
-    const int v = qr[col];
-    if (planes == 1) return int8_t(v);
-    const int high = int(std::nearbyint(float(v) * (1.f / 128.f)));
-    return int8_t(plane == 0 ? high : v - 128 * high);
-  };
+  // Kernel order, per chunk: the planes' digits, most significant first (see plane_digit).
+  auto value = [&](int64_t col, int plane) -> int8_t { return col < cols ? plane_digit(qr[col], planes, plane) : 0; };
   for (int64_t c = 0; c < chunks; ++c)
     for (int plane = 0; plane < planes; ++plane) {
       int8_t* o = kr + (c * planes + plane) * cc;
@@ -290,7 +304,7 @@ void quantize_input(const LinearWeight& w, const float* x, int n, Int8Input* out
 float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
   const int g = w.group_size;
   const int64_t groups = w.cols / g, per_group = g / kBlock;
-  const int16_t* xq = in.q.data() + size_t(t) * size_t(in.cols);
+  const int32_t* xq = in.q.data() + size_t(t) * size_t(in.cols);
   const float* d = in.d.data() + size_t(t) * size_t(in.blocks);
   const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
   float acc = 0.f;
@@ -298,8 +312,8 @@ float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8In
     float sg = 0.f;
     for (int64_t jb = 0; jb < per_group; ++jb) {
       const int64_t j = G * per_group + jb;
-      int32_t dot = 0;
-      for (int64_t col = j * kBlock; col < (j + 1) * kBlock; ++col) dot += weight_at(row.data, w.bits, col) * xq[col];
+      int64_t dot = 0;  // 32 products of up to 255 · 2080768 (int24) overflow int32
+      for (int64_t col = j * kBlock; col < (j + 1) * kBlock; ++col) dot += int64_t(weight_at(row.data, w.bits, col)) * xq[col];
       sg += d[j] * float(dot);
     }
     acc += load_float(row.scales, w.scale_dtype, size_t(G)) * sg + load_float(row.biases, w.scale_dtype, size_t(G)) * bs[G];
@@ -335,14 +349,16 @@ struct LaneScales {
   int64_t groups;
   int64_t per_chunk;  // groups a chunk spans (1 when one group covers it)
   __m512i idx;        // BF16: source word per odd 16-bit half; F16: source word per low word; F32: per dword
+  __mmask16 full;     // the groups of a whole chunk
   LaneScales(const uint8_t* scales, const Int8Input& in)
-      : p(scales), groups(in.cols >> in.gshift), per_chunk(std::max<int64_t>(1, chunk_cols(in.bits) >> in.gshift)) {
+      : p(scales), groups(in.cols >> in.gshift), per_chunk(std::max<int64_t>(1, chunk_cols(in.bits) >> in.gshift)),
+        full(first_n(per_chunk)) {
     const __m512i lg = _mm512_loadu_si512(in.lane_group);
     idx = kScale == 0 ? _mm512_slli_epi32(lg, 16) : kScale == 1 ? _mm512_castsi256_si512(_mm512_cvtepi32_epi16(lg)) : lg;
   }
-  // Lanes of the chunk whose first group is g0.
-  __m512 operator()(int64_t g0) const {
-    const __mmask16 m = first_n(std::min(per_chunk, groups - g0));
+  // Lanes of the chunk whose first group is g0; `whole`: the chunk lies within the row.
+  __m512 operator()(int64_t g0, bool whole = false) const {
+    const __mmask16 m = whole ? full : first_n(std::min(per_chunk, groups - g0));
     if (kScale == 2) return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, p + 4 * g0));
     const __m512i v = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, p + 2 * g0));
     if (kScale == 0) return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAA, idx, v));
@@ -373,11 +389,14 @@ struct ChunkWeights {
   }
 };
 
-// Σ_j d_j I_j per lane for one chunk; with two planes I = 128·I_high + I_low (exact in int32).
+// Σ_j d_j I_j per lane for one chunk; with more planes I = Σ_p 128^(planes-1-p) · I_p, exact in int32 (a
+// lane sums at most 8 products of 15 · 2080768, or 4 of 255 · 2080768 for 8-bit: below 2^31). The
+// planes' sums are independent chains; only their combination is serial.
 template <int kBits, int kPlanes>
 inline __m512 chunk(const ChunkWeights<kBits>& cw, const int8_t* xk, const float* dl) {
   __m512i dot = cw.dot(_mm512_setzero_si512(), xk);
-  if (kPlanes == 2) dot = cw.dot(_mm512_slli_epi32(dot, 7), xk + chunk_cols(kBits));
+  for (int p = 1; p < kPlanes; ++p)
+    dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 7), cw.dot(_mm512_setzero_si512(), xk + p * chunk_cols(kBits)));
   return _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps(dl));
 }
 
@@ -399,9 +418,9 @@ float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t
     _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64, _MM_HINT_T0);
     const ChunkWeights<kBits> w0(_mm512_loadu_si512(q + c * cb)), w1(_mm512_loadu_si512(q + (c + 1) * cb));
     acc0 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w0, xk + c * cc * kPlanes, dl + c * 16),
-                           scales((c * cc) >> gs), acc0);
+                           scales((c * cc) >> gs, true), acc0);
     acc1 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w1, xk + (c + 1) * cc * kPlanes, dl + (c + 1) * 16),
-                           scales(((c + 1) * cc) >> gs), acc1);
+                           scales(((c + 1) * cc) >> gs, true), acc1);
   }
   for (; c < chunks; ++c) {
     const ChunkWeights<kBits> wc(_mm512_maskz_loadu_epi8(tail_mask(row_bytes - c * cb), q + c * cb));
@@ -418,7 +437,9 @@ float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t
 // packed tokens. For each 32-column block: 8 vpdpbusd per row and plane, each broadcasting 4 weights
 // against the 16 tokens' 4 activations; then the block's int32 sums, scaled by the tokens' d and the
 // row's group scale, join the row's fp32 sums. The rows' bytes are wstride apart; in.block_xoff and
-// in.block_woff say where each block's columns are.
+// in.block_woff say where each block's columns are. A block's int32 sum of 32 products holds every
+// plane (Σ_p 128^(planes-1-p) I_p) except for 8-bit weights with three planes (32 · 255 · 2080768 > 2^31):
+// there the top two planes' sum joins in fp32 first, the last plane's after.
 template <int kBits, int kPlanes, int R>
 void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* bx, const Int8Input& in, int64_t tb, float* y,
                int64_t ldy, int64_t r0) {
@@ -429,12 +450,22 @@ void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* 
   const int32_t* woff = in.block_woff.data();
   __m512 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  constexpr bool kSplit = kBits == 8 && kPlanes == 3;
   for (int64_t j = 0; j < in.blocks; ++j) {
+    const __m512 d = _mm512_loadu_ps(dt + j * 16);
+    const int64_t g = (j * kBlock) >> in.gshift;
     __m512i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
     for (int plane = 0; plane < kPlanes; ++plane) {
-      if (plane == 1)
+      if (kSplit && plane == 2) {
+        const __m512 d128 = _mm512_mul_ps(d, _mm512_set1_ps(128.f));
+        for (int r = 0; r < R; ++r) {
+          total[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), d128), _mm512_set1_ps(s[r * in.gstride + g]), total[r]);
+          acc[r] = _mm512_setzero_si512();
+        }
+      } else if (plane > 0) {
         for (int r = 0; r < R; ++r) acc[r] = _mm512_slli_epi32(acc[r], 7);
+      }
       for (int i = 0; i < 8; ++i) {
         const __m512i x = _mm512_loadu_si512(tok + (xoff[j * 8 + i] + plane * plane_dwords) * 16);
         for (int r = 0; r < R; ++r) {
@@ -444,8 +475,6 @@ void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* 
         }
       }
     }
-    const __m512 d = _mm512_loadu_ps(dt + j * 16);
-    const int64_t g = (j * kBlock) >> in.gshift;
     for (int r = 0; r < R; ++r)
       total[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), d), _mm512_set1_ps(s[r * in.gstride + g]), total[r]);
   }
@@ -515,7 +544,7 @@ inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<co
 // 4-bit: per 64 columns (32 packed bytes), maddubs of the low nibbles with the even activations and of
 // the high nibbles with the odd ones (at most 2·15·127 per int16 pair, no saturation), madd to int32.
 // Lanes 0-3 sum block 4c+2h, lanes 4-7 block 4c+2h+1: the first or second half of the chunk's dlane.
-// Two planes: 128·(high-plane sum) + low-plane sum.
+// More planes: Σ_p 128^(planes-1-p) · (plane p's sum), exact in int32 (8 products per lane).
 template <int kPlanes>
 float dot_q4_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
   const RowScales rs(w, row);
@@ -545,7 +574,7 @@ float dot_q4_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, in
       };
       const int8_t* x = xk + c * 128 * kPlanes + 32 * h;
       __m256i dot = plane(x);
-      if (kPlanes == 2) dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7), plane(x + 128));
+      for (int p = 1; p < kPlanes; ++p) dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7), plane(x + 128 * p));
       const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_loadu_ps(dl + c * 16 + 8 * h));
       const __m256 s = g >= 64 ? _mm256_set1_ps(rs.s[col0 >> in.gshift])
                                : _mm256_permutevar8x32_ps(_mm256_loadu_ps(rs.s + (col0 >> in.gshift)), idx);
@@ -558,8 +587,9 @@ float dot_q4_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, in
 }
 
 // 8-bit: weights up to 255 would saturate maddubs's int16 pairs (2·255·127 > 32767), so both sides
-// widen to int16 and madd (vpmaddwd) sums pairs into int32 exactly (two planes: the activations
-// 128·high + low, within ±16256, still fit int16). One 32-column block per step.
+// widen to int16 and madd (vpmaddwd) sums pairs into int32 exactly (the top two planes combine first:
+// 128·high + next, within ±16320, still fits int16; a third plane joins in int32, 4 products per lane
+// of at most 255 · 2080768). One 32-column block per step.
 template <int kPlanes>
 float dot_q8_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
   const RowScales rs(w, row);
@@ -567,15 +597,19 @@ float dot_q8_avx2(const LinearWeight& w, const Row& row, const Int8Input& in, in
   const float* d = in.d.data() + size_t(t) * size_t(in.blocks);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   auto i128 = [](const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); };
-  auto act16 = [&](const int8_t* x) {  // 16 activations as int16, from one plane or two (64 bytes apart)
+  auto act16 = [&](const int8_t* x) {  // 16 activations as int16, from the top plane or two (64 bytes apart)
     __m256i v = _mm256_cvtepi8_epi16(i128(x));
-    return kPlanes == 2 ? _mm256_add_epi16(_mm256_slli_epi16(v, 7), _mm256_cvtepi8_epi16(i128(x + 64))) : v;
+    return kPlanes >= 2 ? _mm256_add_epi16(_mm256_slli_epi16(v, 7), _mm256_cvtepi8_epi16(i128(x + 64))) : v;
   };
   for (int64_t j = 0; j < in.blocks; ++j) {
     const uint8_t* q = row.data + j * kBlock;
     const int8_t* x = xk + (j / 2) * 64 * kPlanes + (j % 2) * kBlock;  // chunks of 64 columns per plane
-    const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(i128(q)), act16(x)),
-                                         _mm256_madd_epi16(_mm256_cvtepu8_epi16(i128(q + 16)), act16(x + 16)));
+    const __m256i w0 = _mm256_cvtepu8_epi16(i128(q)), w1 = _mm256_cvtepu8_epi16(i128(q + 16));
+    __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(w0, act16(x)), _mm256_madd_epi16(w1, act16(x + 16)));
+    if (kPlanes == 3)
+      dot = _mm256_add_epi32(_mm256_slli_epi32(dot, 7),
+                             _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_cvtepi8_epi16(i128(x + 128))),
+                                              _mm256_madd_epi16(w1, _mm256_cvtepi8_epi16(i128(x + 144)))));
     const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d[j]));
     const __m256 s = _mm256_set1_ps(rs.s[(j * kBlock) >> in.gshift]);
     if (j & 1) acc1 = _mm256_fmadd_ps(f, s, acc1);
@@ -607,8 +641,9 @@ inline int32_t block_q4_neon(uint8x16_t b, const int8_t* xe, const int8_t* xo) {
 #endif
 }
 
-// 8-bit: weights up to 255 do not fit a signed byte, so both sides widen to int16 (two planes
-// combine there, 128·high + low within ±16256) and multiply-accumulate into int32.
+// 8-bit: weights up to 255 do not fit a signed byte, so both sides widen to int16 (the top two planes
+// combine there, 128·high + next within ±16320) and multiply-accumulate into int32. A third plane is
+// summed on its own by the caller (32 products of 255 · 2080768 overflow int32).
 template <int kPlanes>
 inline int32_t block_q8_neon(const uint8_t* q, const int8_t* x) {
   int32x4_t acc = vdupq_n_s32(0);
@@ -616,7 +651,7 @@ inline int32_t block_q8_neon(const uint8_t* q, const int8_t* x) {
     const uint8x16_t w = vld1q_u8(q + h);
     const int8x16_t v = vld1q_s8(x + h);
     int16x8_t xl = vmovl_s8(vget_low_s8(v)), xh = vmovl_high_s8(v);
-    if (kPlanes == 2) {
+    if (kPlanes >= 2) {
       const int8x16_t l = vld1q_s8(x + h + 64);
       xl = vaddq_s16(vshlq_n_s16(xl, 7), vmovl_s8(vget_low_s8(l)));
       xh = vaddq_s16(vshlq_n_s16(xh, 7), vmovl_high_s8(l));
@@ -641,15 +676,17 @@ float dot_neon(const LinearWeight& w, const Row& row, const Int8Input& in, int t
   for (int64_t j = 0; j < in.blocks; ++j) {
     const int64_t c = j / per_chunk, jj = j % per_chunk;
     const int8_t* x = xk + c * cc * kPlanes;  // the chunk's plane 0
-    int32_t dot;
-    if (kBits == 4) {
+    float dot;
+    if (kBits == 4) {  // 32 products of 15 · 2080768 at most: int32 holds every plane
       const uint8x16_t b = vld1q_u8(row.data + j * 16);
-      dot = block_q4_neon(b, x + 16 * jj, x + 64 + 16 * jj);
-      if (kPlanes == 2) dot = 128 * dot + block_q4_neon(b, x + cc + 16 * jj, x + cc + 64 + 16 * jj);
+      int32_t sum = block_q4_neon(b, x + 16 * jj, x + 64 + 16 * jj);
+      for (int p = 1; p < kPlanes; ++p) sum = 128 * sum + block_q4_neon(b, x + p * cc + 16 * jj, x + p * cc + 64 + 16 * jj);
+      dot = float(sum);
     } else {
-      dot = block_q8_neon<kPlanes>(row.data + j * kBlock, x + kBlock * jj);
+      dot = float(block_q8_neon<kPlanes>(row.data + j * kBlock, x + kBlock * jj));
+      if (kPlanes == 3) dot = 128.f * dot + float(block_q8_neon<1>(row.data + j * kBlock, x + 2 * cc + kBlock * jj));
     }
-    sg += d[j] * float(dot);
+    sg += d[j] * dot;
     if ((j + 1) % per_group == 0) {
       const int64_t G = j / per_group;
       acc += load_float(row.scales, w.scale_dtype, size_t(G)) * sg + load_float(row.biases, w.scale_dtype, size_t(G)) * bs[G];
@@ -673,21 +710,45 @@ float dot_vnni_scales(const LinearWeight& w, const Row& row, const Int8Input& in
 
 }  // namespace
 
-float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
-  const bool two = in.planes == 2;
+namespace {
+// kernel<kBits, kPlanes>(...) for the layout of `w` and the planes of `in`.
+template <template <int, int> class K, typename... A>
+auto by_layout(const LinearWeight& w, const Int8Input& in, A&&... a) {
+  if (w.bits == 4) {
+    if (in.planes == 3) return K<4, 3>::run(a...);
+    return in.planes == 2 ? K<4, 2>::run(a...) : K<4, 1>::run(a...);
+  }
+  if (in.planes == 3) return K<8, 3>::run(a...);
+  return in.planes == 2 ? K<8, 2>::run(a...) : K<8, 1>::run(a...);
+}
+
+template <int kBits, int kPlanes>
+struct RowKernel {
+  static float run(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
 #if MOELENS_I8_VNNI
-  if (w.bits == 4) return two ? dot_vnni_scales<4, 2>(w, row, in, t) : dot_vnni_scales<4, 1>(w, row, in, t);
-  return two ? dot_vnni_scales<8, 2>(w, row, in, t) : dot_vnni_scales<8, 1>(w, row, in, t);
+    return dot_vnni_scales<kBits, kPlanes>(w, row, in, t);
 #elif MOELENS_I8_AVX2
-  if (w.bits == 4) return two ? dot_q4_avx2<2>(w, row, in, t) : dot_q4_avx2<1>(w, row, in, t);
-  return two ? dot_q8_avx2<2>(w, row, in, t) : dot_q8_avx2<1>(w, row, in, t);
+    return kBits == 4 ? dot_q4_avx2<kPlanes>(w, row, in, t) : dot_q8_avx2<kPlanes>(w, row, in, t);
 #elif MOELENS_I8_NEON
-  if (w.bits == 4) return two ? dot_neon<4, 2>(w, row, in, t) : dot_neon<4, 1>(w, row, in, t);
-  return two ? dot_neon<8, 2>(w, row, in, t) : dot_neon<8, 1>(w, row, in, t);
+    return dot_neon<kBits, kPlanes>(w, row, in, t);
 #else
-  (void)two;
-  return dot_row_int8_reference(w, row, in, t);
+    return dot_row_int8_reference(w, row, in, t);
 #endif
+  }
+};
+
+#if MOELENS_I8_VNNI
+template <int kBits, int kPlanes>
+struct TileKernel {
+  static void run(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
+    gemm_vnni<kBits, kPlanes>(w, expert, r0, nr, in, y, ldy);
+  }
+};
+#endif
+}  // namespace
+
+float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+  return by_layout<RowKernel>(w, in, w, row, in, t);
 }
 
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
@@ -697,9 +758,7 @@ void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const 
       for (int r = 0; r < nr; r += 8) gemm_int8(w, expert, r0 + r, std::min(8, nr - r), in, y, ldy);
       return;
     }
-    const bool two = in.planes == 2;
-    if (w.bits == 4) return two ? gemm_vnni<4, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<4, 1>(w, expert, r0, nr, in, y, ldy);
-    return two ? gemm_vnni<8, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<8, 1>(w, expert, r0, nr, in, y, ldy);
+    return by_layout<TileKernel>(w, in, w, expert, r0, nr, in, y, ldy);
   }
 #endif
   // The row kernel per token: the row (at most a few KiB) stays in L1 across the tokens.

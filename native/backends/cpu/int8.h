@@ -11,10 +11,13 @@
 // fp32 rounding (summation order differs between the SIMD kernels and the scalar reference, nothing else).
 // The approximation is the activation rounding alone, |x - d·q| <= d/2 per element.
 //
-// A second mode, "int16", quantises the activations 128 times finer (d = max|x| / 16256, |q| <= 16256)
-// and splits q = 128·h + l into two int8 planes (h = round(q / 128) within ±127, l within ±64): the same
-// u8 x s8 kernels run twice and combine 128·I_h + I_l exactly in int32. Its rounding error is 1/128 of
-// int8's, close to the fp32 path, for one extra dot instruction per weight vector.
+// Two more modes quantise the activations finer and split q into int8 planes, balanced base-128 digits:
+// "int16" (d = max|x| / 16256, q = 128·h + l) and "int24" (d = max|x| / 2080768, q = 16384·h + 128·m + l),
+// the top digit within ±127, the others within ±64. The same u8 x s8 kernels run once per plane and
+// combine Σ_p 128^(planes-1-p) I_p exactly in int32. Each plane divides int8's rounding error by 128:
+// int24's, at most 2.4e-7 of a block's largest activation, is of the order of fp32's own rounding, and
+// the int24 mode passes the same parity tests as fp32 (test/parity.test.ts) for three dot
+// instructions per weight vector instead of fp32's dequantisation and FMA per weight.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +29,9 @@
 namespace moelens::cpu {
 
 // What the CPU backend computes quantised matmuls with: fp32 activations (exact, the reference path
-// that the parity tests check; the default), or int8 / int16 activations (this file).
-enum class Precision { F32, Int8, Int16 };
-const char* precision_name(Precision p);  // "fp32", "int8", "int16"
+// that the parity tests check; the default), or int8 / int16 / int24 activations (this file).
+enum class Precision { F32, Int8, Int16, Int24 };
+const char* precision_name(Precision p);  // "fp32", "int8", "int16", "int24"
 bool parse_precision(const std::string& name, Precision* out);
 
 // Whether the int8 kernels take `w`: MLX affine 4- or 8-bit with a power-of-two group size >= 32.
@@ -39,9 +42,9 @@ bool int8_supported(const LinearWeight& w);
 const char* int8_kernel_name();
 
 // n activation rows quantised for the weights of one (bits, group size, cols) layout, in one int8 plane
-// (precision int8) or two (int16).
+// (precision int8), two (int16) or three (int24).
 //
-// Kernel column order (`qk`, per chunk: plane 0 then plane 1): for 4-bit weights, per 128 columns the 64 even columns then the 64 odd
+// Kernel column order (`qk`, per chunk: its planes in turn, most significant first): for 4-bit weights, per 128 columns the 64 even columns then the 64 odd
 // ones (a packed byte holds an even column in its low nibble and the next odd one in its high nibble, so
 // one 64-byte load unpacked with masks and a shift meets two 64-byte activation vectors); for 8-bit, the
 // natural order. Rows are zero-padded to whole chunks (128 columns for 4-bit, 64 for 8-bit). With that
@@ -59,7 +62,7 @@ struct Int8Input {
   int gshift = 0;       // log2(group_size)
   // For groups narrower than a chunk: the group of each int32 lane relative to the chunk's first group.
   int32_t lane_group[16] = {};
-  std::vector<int16_t> q;    // [n, cols] natural order: x̂ = d·q
+  std::vector<int32_t> q;    // [n, cols] natural order: x̂ = d·q
   std::vector<int8_t> qk;    // [n, kstride] kernel order
   std::vector<float> d;      // [n, blocks] block scales
   std::vector<float> dlane;  // [n, chunks * 16]
@@ -85,8 +88,10 @@ struct Int8Input {
 };
 // init + quantize_row for every row of x[n, w.cols], then pack.
 void quantize_input(const LinearWeight& w, const float* x, int n, Int8Input* out, int planes = 1);
-// Activation planes of a precision: 1 for int8, 2 for int16 (0 for fp32).
-inline int activation_planes(Precision p) { return p == Precision::Int8 ? 1 : p == Precision::Int16 ? 2 : 0; }
+// Activation planes of a precision: 1 for int8, 2 for int16, 3 for int24 (0 for fp32).
+inline int activation_planes(Precision p) {
+  return p == Precision::Int8 ? 1 : p == Precision::Int16 ? 2 : p == Precision::Int24 ? 3 : 0;
+}
 
 // Σ_i ŵ[i] · x̂[i] for row t of `in` (ŵ, x̂ dequantised), with the fastest kernel of this build.
 float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, int t = 0);

@@ -35,7 +35,8 @@ Options:
   --model <dir>              checkpoint folder (default: the embedded model)
   --backend <name>           compute backend (default: cpu)
   --threads <n>              CPU threads (default: all cores)
-  --precision <p>            fp32 (default: exact), int8 or int16 (faster, reduced precision; docs/performance.md)
+  --precision <p>            fp32 (default: exact), int24 (within the parity tests, faster decode),
+                             int16 or int8 (faster, reduced precision; docs/performance.md)
   --host <address>           interface to listen on (default 127.0.0.1: this machine only)
   --port <n>                 port (default 8000; 0 picks a free one)
   --api-key <key>            require "Authorization: Bearer <key>" on /v1/* (default: the
