@@ -184,6 +184,10 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
         }
     }
   }
+  // The decode row kernel over ranges of 3 rows (ranges that start past row 0 and a short last one).
+  std::vector<float> krows(size_t(tokens) * rows, NAN);
+  for (int t = 0; t < tokens; ++t)
+    for (int r0 = 0; r0 < rows; r0 += 3) dot_rows_int8(w, 0, r0, std::min(r0 + 3, rows), in, &krows[size_t(t) * rows + r0], t);
   std::vector<float> deq(static_cast<size_t>(cols));
   for (int r = 0; r < rows; ++r) {
     const Row row = row_of(w, 0, r);
@@ -200,13 +204,14 @@ int int8_case(std::mt19937& rng, int planes, int bits, int group_size, int cols,
       }
       const double ref = dot_row_int8_reference(w, row, in, t);
       const double scale = mag > 0 ? mag : 1;
-      kernel = std::max(kernel, std::fabs(dot_row_int8(w, row, in, t) - ref) / scale);
+      const double e = std::fabs(krows[size_t(t) * rows + r] - ref) / scale;
+      kernel = std::isnan(e) ? INFINITY : std::max(kernel, e);
       identity = std::max(identity, std::fabs(ref - exact) / scale);
       quant = std::max(quant, std::fabs(exact - fp) / (fmag > 0 ? fmag : 1));
     }
   }
   // The quantised activations must not depend on the ISA: every build variant prints the same digest.
-  for (int16_t v : in.q) int8_digest = (int8_digest ^ uint16_t(v)) * 1099511628211ull;
+  for (int32_t v : in.q) int8_digest = (int8_digest ^ uint32_t(v)) * 1099511628211ull;
   for (int8_t v : in.qk) int8_digest = (int8_digest ^ uint8_t(v)) * 1099511628211ull;
   for (float v : in.d) {
     uint32_t u;

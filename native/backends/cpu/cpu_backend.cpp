@@ -146,7 +146,7 @@ void CpuBackend::linear_int8(const LinearWeight& w, int64_t expert, const Int8In
   const int64_t rows = w.rows, cols = w.cols;
   if (in.n == 1) {
     pool_.parallel_for(size_t(rows), grain_for(size_t(cols)), [&](size_t r0, size_t r1) {
-      for (size_t r = r0; r < r1; ++r) y[r] = dot_row_int8(w, row_of(w, expert, int64_t(r)), in);
+      dot_rows_int8(w, expert, int64_t(r0), int64_t(r1), in, y + r0);
     });
     return;
   }
@@ -182,13 +182,15 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   }
   const size_t cols = size_t(static_cast<const CpuWeight*>(jobs[0].weight)->w.cols);
   pool_.parallel_for(first_row.back(), grain_for(cols), [&](size_t r0, size_t r1) {
-    size_t j = size_t(std::upper_bound(first_row.begin(), first_row.end(), r0) - first_row.begin()) - 1;
-    for (size_t r = r0; r < r1; ++r) {
-      while (r >= first_row[j + 1]) ++j;
+    // The jobs' row ranges that [r0, r1) covers.
+    for (size_t j = size_t(std::upper_bound(first_row.begin(), first_row.end(), r0) - first_row.begin()) - 1;
+         j < jobs.size() && first_row[j] < r1; ++j) {
       const LinearWeight& w = static_cast<const CpuWeight*>(jobs[j].weight)->w;
-      const size_t local = r - first_row[j];
-      const Row row = row_of(w, 0, int64_t(local));
-      f32(jobs[j].out)[local] = in8[j] ? dot_row_int8(w, row, *in8[j]) : dot_row(w, row, in[j]);
+      const int64_t a = int64_t(std::max(r0, first_row[j]) - first_row[j]), b = int64_t(std::min(r1, first_row[j + 1]) - first_row[j]);
+      float* y = f32(jobs[j].out);
+      if (in8[j]) dot_rows_int8(w, 0, a, b, *in8[j], y + a);
+      else
+        for (int64_t r = a; r < b; ++r) y[r] = dot_row(w, row_of(w, 0, r), in[j]);
     }
   });
 }
@@ -248,15 +250,20 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   const Int8Input& qup = iu && ig && qg.fits(U) ? qg : qu;
   // gate and up rows of every chosen expert: h[s] = silu(gate_s · x) * (up_s · x)
   std::vector<float> g(size_t(k) * I), u(size_t(k) * I);
+  // Row i of 2kI: gate (i < kI) or up, of slot (i mod kI) / I. A chunk [i0, i1) is cut where the slot or
+  // the matrix changes, so that each piece is one expert's contiguous rows.
   pool_.parallel_for(size_t(2 * k) * I, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
-    for (size_t i = i0; i < i1; ++i) {
+    for (size_t i = i0; i < i1;) {
       const bool is_up = i >= size_t(k) * I;
       const size_t slot_row = is_up ? i - size_t(k) * I : i;
       const int s = int(slot_row / I);
-      const int64_t r = int64_t(slot_row % I);
+      const int64_t r0 = int64_t(slot_row % I), r1 = std::min<int64_t>(I, r0 + int64_t(i1 - i));
       const LinearWeight& w = is_up ? U : G;
-      const Row row = row_of(w, ids[s], r);
-      (is_up ? u : g)[slot_row] = (is_up ? iu : ig) ? dot_row_int8(w, row, is_up ? qup : qg) : dot_row(w, row, is_up ? xu : xg);
+      float* y = (is_up ? u : g).data() + size_t(s) * I;
+      if (is_up ? iu : ig) dot_rows_int8(w, ids[s], r0, r1, is_up ? qup : qg, y + r0);
+      else
+        for (int64_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, ids[s], r), is_up ? xu : xg);
+      i += size_t(r1 - r0);
     }
   });
   std::vector<PreparedInput> hd(static_cast<size_t>(k));
@@ -268,16 +275,20 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   }
   // down rows: out[r] = Σ_s weight_s · down_s[r] · h[s]
   pool_.parallel_for(size_t(H), grain_for(size_t(I) * k), [&](size_t r0, size_t r1) {
+    if (id) {  // each slot's rows of the range, then their weighted sum in slot order
+      thread_local std::vector<float> rows_out;
+      rows_out.resize(r1 - r0);
+      std::fill(out + r0, out + r1, 0.f);
+      for (int s = 0; s < k; ++s) {
+        dot_rows_int8(D, ids[s], int64_t(r0), int64_t(r1), hd8[size_t(s)], rows_out.data());
+        for (size_t r = r0; r < r1; ++r) out[r] += weights[s] * rows_out[r - r0];
+      }
+      return;
+    }
     std::vector<Row> rows(static_cast<size_t>(k));
     for (size_t r = r0; r < r1; ++r) {
       for (int s = 0; s < k; ++s) rows[size_t(s)] = row_of(D, ids[s], int64_t(r));
-      if (!id) {
-        out[r] = dot_rows_weighted(D, rows.data(), hd.data(), weights, k);
-        continue;
-      }
-      float acc = 0.f;
-      for (int s = 0; s < k; ++s) acc += weights[s] * dot_row_int8(D, rows[size_t(s)], hd8[size_t(s)]);
-      out[r] = acc;
+      out[r] = dot_rows_weighted(D, rows.data(), hd.data(), weights, k);
     }
   });
 }

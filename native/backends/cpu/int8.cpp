@@ -266,7 +266,7 @@ void Int8Input::quantize_row(const float* x, int t) {
 
 void Int8Input::pack() {
 #if MOELENS_I8_VNNI
-  if (n < 2) return;  // decode reads qk
+  if (n < 2 || planes > 2) return;  // decode reads qk; three planes have no tiles
   const int64_t tblocks = (n + 15) / 16, dwords = kstride / 4;
   packed.assign(size_t(tblocks * dwords * 16), 0);
   packed_d.assign(size_t(tblocks * blocks * 16), 0.f);
@@ -343,21 +343,21 @@ inline __mmask16 first_n(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mma
 // The scale of the group each int32 lane of a chunk belongs to, read straight from the row's stored
 // scales and widened in registers (an fp32 copy written just before would stall these loads on store
 // forwarding, which costs more than the row's arithmetic on short rows).
+// One LaneScales serves every row of a layout.
 template <int kScale>
 struct LaneScales {
-  const uint8_t* p;
   int64_t groups;
   int64_t per_chunk;  // groups a chunk spans (1 when one group covers it)
   __m512i idx;        // BF16: source word per odd 16-bit half; F16: source word per low word; F32: per dword
   __mmask16 full;     // the groups of a whole chunk
-  LaneScales(const uint8_t* scales, const Int8Input& in)
-      : p(scales), groups(in.cols >> in.gshift), per_chunk(std::max<int64_t>(1, chunk_cols(in.bits) >> in.gshift)),
+  explicit LaneScales(const Int8Input& in)
+      : groups(in.cols >> in.gshift), per_chunk(std::max<int64_t>(1, chunk_cols(in.bits) >> in.gshift)),
         full(first_n(per_chunk)) {
     const __m512i lg = _mm512_loadu_si512(in.lane_group);
     idx = kScale == 0 ? _mm512_slli_epi32(lg, 16) : kScale == 1 ? _mm512_castsi256_si512(_mm512_cvtepi32_epi16(lg)) : lg;
   }
-  // Lanes of the chunk whose first group is g0; `whole`: the chunk lies within the row.
-  __m512 operator()(int64_t g0, bool whole = false) const {
+  // Lanes of the chunk whose first group is g0, from a row's scales p; `whole`: the chunk lies within the row.
+  __m512 operator()(const uint8_t* p, int64_t g0, bool whole = false) const {
     const __mmask16 m = whole ? full : first_n(std::min(per_chunk, groups - g0));
     if (kScale == 2) return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, p + 4 * g0));
     const __m512i v = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, p + 2 * g0));
@@ -403,8 +403,7 @@ inline __m512 chunk(const ChunkWeights<kBits>& cw, const int8_t* xk, const float
 // One row (decode). Two accumulators over alternate chunks; the bias term joins through the group
 // vectors, so there is one horizontal sum per row.
 template <int kBits, int kPlanes, int kScale>
-float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
-  const LaneScales<kScale> scales(row.scales, in);
+inline float dot_vnni(const LaneScales<kScale>& scales, const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
   const int gs = in.gshift;
   const int64_t cc = chunk_cols(kBits), cb = cc * kBits / 8;  // columns and weight bytes per chunk
   const int64_t chunks = in.chunks, row_bytes = w.cols * kBits / 8, full = row_bytes / cb;
@@ -418,14 +417,14 @@ float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t
     _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64, _MM_HINT_T0);
     const ChunkWeights<kBits> w0(_mm512_loadu_si512(q + c * cb)), w1(_mm512_loadu_si512(q + (c + 1) * cb));
     acc0 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w0, xk + c * cc * kPlanes, dl + c * 16),
-                           scales((c * cc) >> gs, true), acc0);
+                           scales(row.scales, (c * cc) >> gs, true), acc0);
     acc1 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w1, xk + (c + 1) * cc * kPlanes, dl + (c + 1) * 16),
-                           scales(((c + 1) * cc) >> gs, true), acc1);
+                           scales(row.scales, ((c + 1) * cc) >> gs, true), acc1);
   }
   for (; c < chunks; ++c) {
     const ChunkWeights<kBits> wc(_mm512_maskz_loadu_epi8(tail_mask(row_bytes - c * cb), q + c * cb));
     acc0 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(wc, xk + c * cc * kPlanes, dl + c * 16),
-                           scales((c * cc) >> gs), acc0);
+                           scales(row.scales, (c * cc) >> gs), acc0);
   }
   const float* bs = in.bsum.data() + size_t(t) * size_t(in.gstride);
   for (int64_t i = 0; i < scales.groups; i += 16)
@@ -437,9 +436,8 @@ float dot_vnni(const LinearWeight& w, const Row& row, const Int8Input& in, int t
 // packed tokens. For each 32-column block: 8 vpdpbusd per row and plane, each broadcasting 4 weights
 // against the 16 tokens' 4 activations; then the block's int32 sums, scaled by the tokens' d and the
 // row's group scale, join the row's fp32 sums. The rows' bytes are wstride apart; in.block_xoff and
-// in.block_woff say where each block's columns are. A block's int32 sum of 32 products holds every
-// plane (Σ_p 128^(planes-1-p) I_p) except for 8-bit weights with three planes (32 · 255 · 2080768 > 2^31):
-// there the top two planes' sum joins in fp32 first, the last plane's after.
+// in.block_woff say where each block's columns are. One or two planes (int8, int16): a block's int32 sum
+// of 32 products holds 128·I_h + I_l (at most 32 · 255 · 16320 for 8-bit).
 template <int kBits, int kPlanes, int R>
 void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* bx, const Int8Input& in, int64_t tb, float* y,
                int64_t ldy, int64_t r0) {
@@ -450,22 +448,13 @@ void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* 
   const int32_t* woff = in.block_woff.data();
   __m512 total[R];
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
-  constexpr bool kSplit = kBits == 8 && kPlanes == 3;
+  static_assert(kPlanes <= 2, "three planes (int24) have no prefill tiles: CpuBackend prefills int24 in fp32");
   for (int64_t j = 0; j < in.blocks; ++j) {
-    const __m512 d = _mm512_loadu_ps(dt + j * 16);
-    const int64_t g = (j * kBlock) >> in.gshift;
     __m512i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
     for (int plane = 0; plane < kPlanes; ++plane) {
-      if (kSplit && plane == 2) {
-        const __m512 d128 = _mm512_mul_ps(d, _mm512_set1_ps(128.f));
-        for (int r = 0; r < R; ++r) {
-          total[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), d128), _mm512_set1_ps(s[r * in.gstride + g]), total[r]);
-          acc[r] = _mm512_setzero_si512();
-        }
-      } else if (plane > 0) {
+      if (plane == 1)
         for (int r = 0; r < R; ++r) acc[r] = _mm512_slli_epi32(acc[r], 7);
-      }
       for (int i = 0; i < 8; ++i) {
         const __m512i x = _mm512_loadu_si512(tok + (xoff[j * 8 + i] + plane * plane_dwords) * 16);
         for (int r = 0; r < R; ++r) {
@@ -475,6 +464,8 @@ void tile_vnni(const uint8_t* wb, int64_t wstride, const float* s, const float* 
         }
       }
     }
+    const __m512 d = _mm512_loadu_ps(dt + j * 16);
+    const int64_t g = (j * kBlock) >> in.gshift;
     for (int r = 0; r < R; ++r)
       total[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[r]), d), _mm512_set1_ps(s[r * in.gstride + g]), total[r]);
   }
@@ -698,74 +689,64 @@ float dot_neon(const LinearWeight& w, const Row& row, const Int8Input& in, int t
 #endif
 
 #if MOELENS_I8_VNNI
+template <int kBits, int kPlanes, int kScale>
+void rows_vnni(const LinearWeight& w, int64_t expert, int64_t r0, int64_t r1, const Int8Input& in, int t, float* y) {
+  const LaneScales<kScale> scales(in);
+  for (int64_t r = r0; r < r1; ++r) y[r - r0] = dot_vnni<kBits, kPlanes, kScale>(scales, w, row_of(w, expert, r), in, t);
+}
+#endif
+
+// Rows r0 .. r1-1 with this build's row kernel for one layout, chosen once for all of them.
 template <int kBits, int kPlanes>
-float dot_vnni_scales(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
+void rows_kernel(const LinearWeight& w, int64_t expert, int64_t r0, int64_t r1, const Int8Input& in, int t, float* y) {
+#if MOELENS_I8_VNNI
   switch (scale_kind(w.scale_dtype)) {
-    case 0: return dot_vnni<kBits, kPlanes, 0>(w, row, in, t);
-    case 1: return dot_vnni<kBits, kPlanes, 1>(w, row, in, t);
-    default: return dot_vnni<kBits, kPlanes, 2>(w, row, in, t);
+    case 0: return rows_vnni<kBits, kPlanes, 0>(w, expert, r0, r1, in, t, y);
+    case 1: return rows_vnni<kBits, kPlanes, 1>(w, expert, r0, r1, in, t, y);
+    default: return rows_vnni<kBits, kPlanes, 2>(w, expert, r0, r1, in, t, y);
   }
-}
-#endif
-
-}  // namespace
-
-namespace {
-// kernel<kBits, kPlanes>(...) for the layout of `w` and the planes of `in`.
-template <template <int, int> class K, typename... A>
-auto by_layout(const LinearWeight& w, const Int8Input& in, A&&... a) {
-  if (w.bits == 4) {
-    if (in.planes == 3) return K<4, 3>::run(a...);
-    return in.planes == 2 ? K<4, 2>::run(a...) : K<4, 1>::run(a...);
-  }
-  if (in.planes == 3) return K<8, 3>::run(a...);
-  return in.planes == 2 ? K<8, 2>::run(a...) : K<8, 1>::run(a...);
-}
-
-template <int kBits, int kPlanes>
-struct RowKernel {
-  static float run(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
-#if MOELENS_I8_VNNI
-    return dot_vnni_scales<kBits, kPlanes>(w, row, in, t);
-#elif MOELENS_I8_AVX2
-    return kBits == 4 ? dot_q4_avx2<kPlanes>(w, row, in, t) : dot_q8_avx2<kPlanes>(w, row, in, t);
-#elif MOELENS_I8_NEON
-    return dot_neon<kBits, kPlanes>(w, row, in, t);
 #else
-    return dot_row_int8_reference(w, row, in, t);
+  for (int64_t r = r0; r < r1; ++r) {
+    const Row row = row_of(w, expert, r);
+#if MOELENS_I8_AVX2
+    y[r - r0] = kBits == 4 ? dot_q4_avx2<kPlanes>(w, row, in, t) : dot_q8_avx2<kPlanes>(w, row, in, t);
+#elif MOELENS_I8_NEON
+    y[r - r0] = dot_neon<kBits, kPlanes>(w, row, in, t);
+#else
+    y[r - r0] = dot_row_int8_reference(w, row, in, t);
 #endif
   }
-};
+#endif
+}
 
-#if MOELENS_I8_VNNI
-template <int kBits, int kPlanes>
-struct TileKernel {
-  static void run(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
-    gemm_vnni<kBits, kPlanes>(w, expert, r0, nr, in, y, ldy);
-  }
-};
-#endif
+template <int kBits>
+void rows_kernel_planes(const LinearWeight& w, int64_t expert, int64_t r0, int64_t r1, const Int8Input& in, int t, float* y) {
+  if (in.planes == 3) return rows_kernel<kBits, 3>(w, expert, r0, r1, in, t, y);
+  if (in.planes == 2) return rows_kernel<kBits, 2>(w, expert, r0, r1, in, t, y);
+  return rows_kernel<kBits, 1>(w, expert, r0, r1, in, t, y);
+}
+
 }  // namespace
 
-float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
-  return by_layout<RowKernel>(w, in, w, row, in, t);
+void dot_rows_int8(const LinearWeight& w, int64_t expert, int64_t r0, int64_t r1, const Int8Input& in, float* y, int t) {
+  if (w.bits == 4) return rows_kernel_planes<4>(w, expert, r0, r1, in, t, y);
+  return rows_kernel_planes<8>(w, expert, r0, r1, in, t, y);
 }
 
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
 #if MOELENS_I8_VNNI
-  if (in.n > 1) {  // packed tokens (one token is not packed: decode reads qk)
+  if (in.n > 1 && in.planes <= 2) {  // packed tokens (one token is not packed: decode reads qk)
     if (nr > 8) {  // the tiles hold at most 8 rows
       for (int r = 0; r < nr; r += 8) gemm_int8(w, expert, r0 + r, std::min(8, nr - r), in, y, ldy);
       return;
     }
-    return by_layout<TileKernel>(w, in, w, expert, r0, nr, in, y, ldy);
+    const bool two = in.planes == 2;
+    if (w.bits == 4) return two ? gemm_vnni<4, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<4, 1>(w, expert, r0, nr, in, y, ldy);
+    return two ? gemm_vnni<8, 2>(w, expert, r0, nr, in, y, ldy) : gemm_vnni<8, 1>(w, expert, r0, nr, in, y, ldy);
   }
 #endif
-  // The row kernel per token: the row (at most a few KiB) stays in L1 across the tokens.
-  for (int r = 0; r < nr; ++r) {
-    const Row row = row_of(w, expert, r0 + r);
-    for (int t = 0; t < in.n; ++t) y[size_t(t) * size_t(ldy) + size_t(r0 + r)] = dot_row_int8(w, row, in, t);
-  }
+  // The row kernel per token: the rows (a few KiB) stay in L1 across the tokens.
+  for (int t = 0; t < in.n; ++t) dot_rows_int8(w, expert, r0, r0 + nr, in, y + size_t(t) * size_t(ldy) + size_t(r0), t);
 }
 
 }  // namespace moelens::cpu

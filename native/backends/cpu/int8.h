@@ -93,15 +93,18 @@ inline int activation_planes(Precision p) {
   return p == Precision::Int8 ? 1 : p == Precision::Int16 ? 2 : p == Precision::Int24 ? 3 : 0;
 }
 
-// Σ_i ŵ[i] · x̂[i] for row t of `in` (ŵ, x̂ dequantised), with the fastest kernel of this build.
-float dot_row_int8(const LinearWeight& w, const Row& row, const Int8Input& in, int t = 0);
+// y[r - r0] = Σ_i ŵ_r[i] · x̂[i] for rows r0 .. r1-1 of expert `expert` and row t of `in` (ŵ, x̂
+// dequantised), with the fastest kernel of this build, chosen once for the range (decode's short expert
+// rows pay no per-row dispatch or set-up).
+void dot_rows_int8(const LinearWeight& w, int64_t expert, int64_t r0, int64_t r1, const Int8Input& in, float* y, int t = 0);
 // The same in plain scalar code over the natural-order activations: the reference the SIMD kernels are
 // tested against, and the fallback where no SIMD kernel applies.
 float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8Input& in, int t = 0);
 
 // Prefill: y[t * ldy + r0 + r] for rows r0 .. r0+nr-1 of expert `expert` and every row t of `in`
-// (packed). With VNNI, tiles of up to 8 rows are unpacked to bytes once and each 4 of their weights
-// broadcast against 16 tokens; elsewhere the row kernel runs per token.
+// (packed). With VNNI and one or two planes, tiles of up to 8 rows are unpacked to bytes once and each
+// 4 of their weights broadcast against 16 tokens; elsewhere the row kernel runs per token (int24 has
+// no tiles: three planes would make them no faster than the exact fp32 ones, which CpuBackend uses).
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy);
 
 }  // namespace moelens::cpu
