@@ -169,6 +169,7 @@ describe("moelens CLI", () => {
     expect(r.status).toBe(0);
     expect(JSON.parse(r.stdout).precision).toBe("int8");
     expect(moelens(["info", ...modelFlags(), "--precision", "int16"]).stdout).toMatch(/^model .*, int16 activations\)$/m);
+    expect(moelens(["info", ...modelFlags(), "--precision", "int24"]).stdout).toMatch(/^model .*, int24 activations in decode\)$/m);
   });
 
   it("Ctrl+C ends generate with finish reason abort and exit status 130", async () => {

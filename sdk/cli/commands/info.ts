@@ -39,7 +39,7 @@ function format(r: ReturnType<typeof describe>): string {
   const bytes = (n: number) =>
     n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(2)} GiB` : n >= 2 ** 20 ? `${(n / 2 ** 20).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`;
   const rows: [string, string][] = [
-    ["model", `${r.dir} (${r.layout} layout${r.quantized ? ", quantized" : ""}, backend ${r.backend}${r.precision !== "fp32" ? `, ${r.precision} activations` : ""})`],
+    ["model", `${r.dir} (${r.layout} layout${r.quantized ? ", quantized" : ""}, backend ${r.backend}${r.precision === "int24" ? ", int24 activations in decode" : r.precision !== "fp32" ? `, ${r.precision} activations` : ""})`],
     ["type", `${c.modelType}: ${r.layers.total} layers (${r.layers.deltanet} Gated DeltaNet, ${r.layers.attention} gated attention), hidden ${c.hiddenSize}`],
     ["experts", `${c.numExperts} routed, top-${c.expertsPerToken} (width ${c.expertIntermediate}) + 1 shared (width ${c.sharedIntermediate})`],
     ["attention", `${c.numHeads} query / ${c.numKvHeads} KV heads of ${c.headDim} (rotary ${c.rotaryDim}, theta ${c.ropeTheta})`],
