@@ -10,6 +10,7 @@ import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight, type
 import { medianOfRounds, runLlamaBench, type LlamaResult } from "./llama-peer";
 import type { WorkerResult } from "./moelens-worker";
 import { pageIn } from "./page-in";
+import { peerRatios, type PeerRatio } from "./peer-ratios";
 import { measureReadBandwidth, type ReadBandwidth } from "./read-bandwidth";
 import { renderMarkdown, replaceDocSection } from "./report-markdown";
 import { runMeasured } from "./run-measured";
@@ -76,8 +77,8 @@ export interface BenchResult {
   decodeBytesPerTokenZeroContext: number;
   moelens: MoelensRow[];
   llama: (LlamaResult & { decodeBytesPerToken: number; decodeBandwidthFraction: number }) | null;
-  // One entry per moelens precision.
-  ratios: { precision: Precision; decode: number; decodeAtPrompt: number; prefill: number; prefillAtPrompt: number }[] | null;
+  // One entry per moelens precision (bench/peer-ratios.ts).
+  ratios: PeerRatio<Precision>[] | null;
 }
 
 function intList(name: string, text: string): number[] {
@@ -244,21 +245,7 @@ async function main(): Promise<void> {
   for (const row of rows) row.decodeBandwidthFraction = (row.decodeTokPerSec * row.decodeBytesPerToken) / (gbPerSec * 1e9);
   if (llama) llama.decodeBandwidthFraction = (llama.decode.tokPerSec * llama.decodeBytesPerToken) / (gbPerSec * 1e9);
 
-  let ratios: BenchResult["ratios"] = null;
-  if (llama) {
-    // Per precision: decode from the row with the shortest prompt (tg128 starts from an empty context),
-    // prefill from the row whose prompt is closest to 512.
-    ratios = (precisions as Precision[]).map((precision) => {
-      const mine = rows.filter((r) => r.precision === precision);
-      const dRow = mine.reduce((a, b) => (b.prompt < a.prompt ? b : a));
-      const pRow = mine.reduce((a, b) => (Math.abs(b.prompt - 512) < Math.abs(a.prompt - 512) ? b : a));
-      return {
-        precision,
-        decode: dRow.decodeTokPerSec / llama!.decode.tokPerSec, decodeAtPrompt: dRow.prompt,
-        prefill: pRow.prefillTokPerSec / llama!.prefill.tokPerSec, prefillAtPrompt: pRow.prompt,
-      };
-    });
-  }
+  const ratios = llama ? peerRatios(rows, precisions as Precision[], llama, llamaRounds) : null;
 
   const result: BenchResult = {
     date: new Date().toISOString(),

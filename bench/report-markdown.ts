@@ -60,8 +60,9 @@ export function renderMarkdown(r: BenchResult): string {
     for (const q of r.ratios) {
       const mine = r.moelens.filter((row) => (row.precision ?? "fp32") === q.precision);
       lines.push(
-        `**moelens ${precisionLabel(q.precision)} / llama.cpp:** decode ${fixed(q.decode, 2)}× (prompt ${q.decodeAtPrompt} vs tg128; goal ≥ 1.3×), ` +
-          `prefill ${fixed(q.prefill, 2)}× (prompt ${q.prefillAtPrompt} vs pp512; goal ≥ 1.0×). ` +
+        `**moelens ${precisionLabel(q.precision)} / llama.cpp:** decode ${fixed(q.decode, 2)}× (prompt ${q.decodeAtPrompt} vs tg128; goal ≥ 1.3×; ` +
+          `per round ${q.decodeRounds.map((x) => fixed(x, 2)).join(", ")}), ` +
+          `prefill ${fixed(q.prefill, 2)}× (prompt ${q.prefillAtPrompt} vs pp512; goal ≥ 1.0×; per round ${q.prefillRounds.map((x) => fixed(x, 2)).join(", ")}). ` +
           `Decode reaches ${pct(Math.max(...mine.map((row) => row.decodeBandwidthFraction)))} of the read bandwidth (goal ≥ 80 %).`,
         "",
       );

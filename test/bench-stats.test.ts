@@ -1,6 +1,7 @@
 // How bench/cpu-bench.ts summarises repeated runs: its own rounds, and llama-bench's rounds.
 import { expect, test } from "vitest";
 import { medianOfRounds, type LlamaResult } from "../bench/llama-peer";
+import { peerRatios } from "../bench/peer-ratios";
 import { median, spread, stddev } from "../bench/stats";
 
 test("median, spread and standard deviation", () => {
@@ -26,4 +27,36 @@ test("llama-bench rounds combine into the median of the rounds' means, over all 
   expect(r.decode.stddev).toBeCloseTo(stddev([10, 12, 9, 9, 14, 14]), 12);
   expect(r.peakRssBytes).toBe(7);
   expect(r.seconds).toBe(30);
+});
+
+test("ratios to llama.cpp: median over median, and paired per round", () => {
+  const llamaRound = (pp: number, tg: number): LlamaResult => ({
+    binary: "llama-bench", gguf: "m.gguf", threads: 2, repetitions: 1, rounds: 1, buildCommit: null, modelType: null, modelBytes: 1,
+    prefill: { test: "pp512", tokPerSec: pp, stddev: 0, samples: [pp] },
+    decode: { test: "tg128", tokPerSec: tg, stddev: 0, samples: [tg] },
+    peakRssBytes: null, seconds: 1,
+  });
+  const llamaRounds = [llamaRound(20, 10), llamaRound(30, 20), llamaRound(25, 12)];
+  const llama = medianOfRounds(llamaRounds);
+  const row = (precision: string, prompt: number, rounds: [number, number][]) => ({
+    precision, prompt,
+    rounds: rounds.map(([p, d]) => ({ prefillTokPerSec: p, decodeTokPerSec: d })),
+    prefillTokPerSec: median(rounds.map((r) => r[0])), decodeTokPerSec: median(rounds.map((r) => r[1])),
+  });
+  const rows = [
+    row("fp32", 128, [[10, 12], [11, 13], [12, 24]]),
+    row("fp32", 512, [[30, 9], [36, 9], [25, 9]]),
+    row("int8", 512, [[50, 15], [50, 15], [50, 15]]),
+  ];
+  const [fp32, int8] = peerRatios(rows, ["fp32", "int8"], llama, llamaRounds);
+  // decode from the shortest prompt, prefill from the prompt closest to 512
+  expect(fp32.decodeAtPrompt).toBe(128);
+  expect(fp32.prefillAtPrompt).toBe(512);
+  expect(fp32.decode).toBeCloseTo(13 / 12, 12);
+  expect(fp32.prefill).toBeCloseTo(30 / 25, 12);
+  expect(fp32.decodeRounds).toEqual([12 / 10, 13 / 20, 24 / 12]);
+  expect(fp32.prefillRounds).toEqual([30 / 20, 36 / 30, 25 / 25]);
+  expect(int8.decodeAtPrompt).toBe(512);
+  expect(int8.decodeRounds).toEqual([1.5, 0.75, 1.25]);
+  expect(() => peerRatios(rows, ["int24"], llama, llamaRounds)).toThrow(/no rows for precision int24/);
 });

@@ -17,7 +17,8 @@
 // combine Σ_p 128^(planes-1-p) I_p exactly in int32. Each plane divides int8's rounding error by 128:
 // int24's, at most 2.4e-7 of a block's largest activation, is of the order of fp32's own rounding, and
 // the int24 mode passes the same parity tests as fp32 (test/parity.test.ts) for three dot
-// instructions per weight vector instead of fp32's dequantisation and FMA per weight.
+// instructions per weight vector instead of fp32's dequantisation and FMA per weight. CpuBackend runs
+// int24 in decode (one activation row) only; its prefill keeps the fp32 tiles, which are as fast.
 #pragma once
 
 #include <cstdint>
