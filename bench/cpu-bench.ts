@@ -9,6 +9,7 @@ import { parseArgs } from "node:util";
 import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight, type DecodeTraffic } from "./decode-traffic";
 import { medianOfRounds, runLlamaBench, type LlamaResult } from "./llama-peer";
 import type { WorkerResult } from "./moelens-worker";
+import { precisions as precisionNames, type Precision } from "../sdk/model";
 import { pageIn } from "./page-in";
 import { peerRatios, type PeerRatio } from "./peer-ratios";
 import { measureReadBandwidth, type ReadBandwidth } from "./read-bandwidth";
@@ -46,9 +47,6 @@ Options:
   --help               this text`;
 
 const DRIFT_LIMIT = 0.03; // Lily refuses rows that drift more than 3 % between rounds
-
-export type Precision = "fp32" | "int24" | "int16" | "int8";
-const precisionNames: readonly Precision[] = ["fp32", "int24", "int16", "int8"];
 
 export interface MoelensRow {
   precision: Precision;
