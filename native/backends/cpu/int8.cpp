@@ -266,7 +266,7 @@ void Int8Input::quantize_row(const float* x, int t) {
 
 void Int8Input::pack() {
 #if MOELENS_I8_VNNI
-  if (n < 2 || planes > 2) return;  // decode reads qk; three planes have no tiles
+  if (!tiled()) return;  // the row kernel reads qk
   const int64_t tblocks = (n + 15) / 16, dwords = kstride / 4;
   packed.assign(size_t(tblocks * dwords * 16), 0);
   packed_d.assign(size_t(tblocks * blocks * 16), 0.f);
@@ -735,7 +735,7 @@ void dot_rows_int8(const LinearWeight& w, int64_t expert, int64_t r0, int64_t r1
 
 void gemm_int8(const LinearWeight& w, int64_t expert, int64_t r0, int nr, const Int8Input& in, float* y, int64_t ldy) {
 #if MOELENS_I8_VNNI
-  if (in.n > 1 && in.planes <= 2) {  // packed tokens (one token is not packed: decode reads qk)
+  if (in.tiled()) {  // packed tokens
     if (nr > 8) {  // the tiles hold at most 8 rows
       for (int r = 0; r < nr; r += 8) gemm_int8(w, expert, r0 + r, std::min(8, nr - r), in, y, ldy);
       return;

@@ -84,6 +84,8 @@ struct Int8Input {
   void init(const LinearWeight& w, int rows, int planes = 1);
   void quantize_row(const float* x, int t);
   void pack();
+  // Whether several rows go to the prefill tiles (one or two planes; three planes, int24, have none).
+  bool tiled() const { return n > 1 && planes <= 2; }
   // Whether these activations suit `w` as well (same bits, group size and columns).
   bool fits(const LinearWeight& w) const { return w.bits == bits && w.group_size == group_size && w.cols == cols; }
 };
