@@ -37,6 +37,32 @@ int main() {
     for (auto& h : hits) once = once && h.load() == 1;
     check(once, "parallel_for: every index once");
 
+    // Sizes around the chunking's edges: fewer indices than threads, a prime, one chunk per thread.
+    bool exact = true;
+    for (size_t n : {size_t(1), size_t(3), size_t(17), size_t(64), size_t(1000003)}) {
+      std::vector<std::atomic<int>> h(n);
+      pool.parallel_for(n, 1, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) h[i]++;
+      });
+      for (auto& x : h) exact = exact && x.load() == 1;
+    }
+    check(exact, "parallel_for: every index once, for n = 1, 3, 17, 64, 1000003");
+
+    // A slow first share: the other threads finish theirs and take the rest of it from its back.
+    if (threads > 1) {
+      std::mutex m;
+      std::set<std::thread::id> slow_runners;
+      pool.parallel_for(64, 1, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i)
+          if (i < 64 / size_t(threads)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+            std::lock_guard<std::mutex> lock(m);
+            slow_runners.insert(std::this_thread::get_id());
+          }
+      });
+      check(slow_runners.size() > 1, "parallel_for: idle threads take chunks from a busy thread's share");
+    }
+
     std::vector<std::atomic<int>> task_hits(37);
     pool.parallel_tasks(task_hits.size(), [&](size_t i) { task_hits[i]++; });
     once = true;

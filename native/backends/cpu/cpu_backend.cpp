@@ -238,57 +238,101 @@ void CpuBackend::route(View logits, View bias, int n, int experts, int k, bool r
 }
 
 void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D,
-                                       const float* x, const int32_t* ids, const float* weights, int k, float* out) {
-  const int64_t H = G.cols, I = G.rows;
-  PreparedInput xg, xu;
-  Int8Input qg, qu;  // int8 precision
-  const bool ig = int8(G, 1), iu = int8(U, 1), id = int8(D, 1);
-  if (ig) quantize_input(G, x, 1, &qg, planes());
-  else prepare_input(G, x, &xg);
-  if (iu && !(ig && qg.fits(U))) quantize_input(U, x, 1, &qu, planes());
-  if (!iu) prepare_input(U, x, &xu);
-  const Int8Input& qup = iu && ig && qg.fits(U) ? qg : qu;
-  // gate and up rows of every chosen expert: h[s] = silu(gate_s · x) * (up_s · x)
-  std::vector<float> g(size_t(k) * I), u(size_t(k) * I);
-  // Row i of 2kI: gate (i < kI) or up, of slot (i mod kI) / I. A chunk [i0, i1) is cut where the slot or
-  // the matrix changes, so that each piece is one expert's contiguous rows.
-  pool_.parallel_for(size_t(2 * k) * I, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
+                                       const float* x, const int32_t* ids, const float* weights, int k,
+                                       const SharedExpert& shared, float* out) {
+  // The k routed experts and the shared one as slots of the same two loops: one parallel loop over
+  // every slot's gate and up rows, one over the output rows summing every slot's down rows. The shared
+  // expert is the last slot, so the sum keeps the order of adding it after the routed ones.
+  struct Slot {
+    const LinearWeight *g, *u, *d;
+    int64_t expert;
+    float weight;
+  };
+  std::vector<Slot> slots;
+  for (int s = 0; s < k; ++s) slots.push_back({&G, &U, &D, ids[s], weights[s]});
+  if (shared.gate)
+    slots.push_back({&static_cast<const CpuWeight&>(*shared.gate).w, &static_cast<const CpuWeight&>(*shared.up).w,
+                     &static_cast<const CpuWeight&>(*shared.down).w, 0, shared.scale * sigmoid(f32(shared.gate_logit)[0])});
+  const size_t S = slots.size();
+  const int64_t H = D.rows;
+  // Row offsets of each slot's gate (and up) rows in g and u; intermediate sizes may differ per slot.
+  std::vector<size_t> first(S + 1, 0);
+  for (size_t s = 0; s < S; ++s) first[s + 1] = first[s] + size_t(slots[s].g->rows);
+  const size_t rows = first[S];
+  // x prepared once per layout: quantised (int8 kernels) or as fp32 group sums.
+  std::vector<std::unique_ptr<Int8Input>> quantized;
+  std::vector<std::pair<const LinearWeight*, std::unique_ptr<PreparedInput>>> prepared;
+  auto prepared_for = [&](const LinearWeight& w) -> const PreparedInput& {
+    for (const auto& [v, p] : prepared)
+      if (v->quantized() == w.quantized() && v->group_size == w.group_size && uses_reordered_columns(*v) == uses_reordered_columns(w))
+        return *p;
+    prepared.emplace_back(&w, std::make_unique<PreparedInput>());
+    prepare_input(w, x, prepared.back().second.get());
+    return *prepared.back().second;
+  };
+  struct SlotInput {
+    const Int8Input *g8 = nullptr, *u8 = nullptr;
+    const PreparedInput *gp = nullptr, *up = nullptr;
+  };
+  std::vector<SlotInput> in(S);
+  for (size_t s = 0; s < S; ++s) {
+    const LinearWeight &g = *slots[s].g, &u = *slots[s].u;
+    if (int8(g, 1)) in[s].g8 = &quantized_for(g, x, 1, &quantized);
+    else in[s].gp = &prepared_for(g);
+    if (int8(u, 1)) in[s].u8 = &quantized_for(u, x, 1, &quantized);
+    else in[s].up = &prepared_for(u);
+  }
+  // gate and up rows of every slot: h[s] = silu(gate_s · x) * (up_s · x). Index i < rows is a gate row,
+  // else an up row; a chunk is cut where the slot or the matrix changes, so each piece is one expert's
+  // contiguous rows.
+  std::vector<float> g(rows), u(rows);
+  pool_.parallel_for(2 * rows, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
     for (size_t i = i0; i < i1;) {
-      const bool is_up = i >= size_t(k) * I;
-      const size_t slot_row = is_up ? i - size_t(k) * I : i;
-      const int s = int(slot_row / I);
-      const int64_t r0 = int64_t(slot_row % I), r1 = std::min<int64_t>(I, r0 + int64_t(i1 - i));
-      const LinearWeight& w = is_up ? U : G;
-      float* y = (is_up ? u : g).data() + size_t(s) * I;
-      if (is_up ? iu : ig) dot_rows_int8(w, ids[s], r0, r1, is_up ? qup : qg, y + r0);
+      const bool is_up = i >= rows;
+      const size_t row = is_up ? i - rows : i;
+      const size_t s = size_t(std::upper_bound(first.begin(), first.end(), row) - first.begin()) - 1;
+      const int64_t r0 = int64_t(row - first[s]), r1 = std::min<int64_t>(int64_t(first[s + 1] - first[s]), r0 + int64_t(i1 - i));
+      const LinearWeight& w = is_up ? *slots[s].u : *slots[s].g;
+      const Int8Input* q = is_up ? in[s].u8 : in[s].g8;
+      float* y = (is_up ? u : g).data() + first[s];
+      if (q) dot_rows_int8(w, slots[s].expert, r0, r1, *q, y + r0);
       else
-        for (int64_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, ids[s], r), is_up ? xu : xg);
+        for (int64_t r = r0; r < r1; ++r) y[r] = dot_row(w, row_of(w, slots[s].expert, r), is_up ? *in[s].up : *in[s].gp);
       i += size_t(r1 - r0);
     }
   });
-  std::vector<PreparedInput> hd(static_cast<size_t>(k));
-  std::vector<Int8Input> hd8(static_cast<size_t>(id ? k : 0));
-  for (int s = 0; s < k; ++s) {
-    for (int64_t i = 0; i < I; ++i) g[size_t(s) * I + i] = silu(g[size_t(s) * I + i]) * u[size_t(s) * I + i];
-    if (id) quantize_input(D, &g[size_t(s) * I], 1, &hd8[size_t(s)], planes());
-    else prepare_input(D, &g[size_t(s) * I], &hd[size_t(s)]);
-  }
-  // down rows: out[r] = Σ_s weight_s · down_s[r] · h[s]
-  pool_.parallel_for(size_t(H), grain_for(size_t(I) * k), [&](size_t r0, size_t r1) {
-    if (id) {  // each slot's rows of the range, then their weighted sum in slot order
-      thread_local std::vector<float> rows_out;
-      rows_out.resize(r1 - r0);
-      std::fill(out + r0, out + r1, 0.f);
-      for (int s = 0; s < k; ++s) {
-        dot_rows_int8(D, ids[s], int64_t(r0), int64_t(r1), hd8[size_t(s)], rows_out.data());
-        for (size_t r = r0; r < r1; ++r) out[r] += weights[s] * rows_out[r - r0];
-      }
-      return;
+  // Each slot's down input, the slots in parallel (their exponentials).
+  std::vector<PreparedInput> hd(S);
+  std::vector<Int8Input> hd8(S);
+  pool_.parallel_for(S, grain_for(size_t(first[1]) * 16), [&](size_t s0, size_t s1) {
+    for (size_t s = s0; s < s1; ++s) {
+      for (size_t i = first[s]; i < first[s + 1]; ++i) g[i] = silu(g[i]) * u[i];
+      if (int8(*slots[s].d, 1)) quantize_input(*slots[s].d, &g[first[s]], 1, &hd8[s], planes());
+      else prepare_input(*slots[s].d, &g[first[s]], &hd[s]);
     }
-    std::vector<Row> rows(static_cast<size_t>(k));
-    for (size_t r = r0; r < r1; ++r) {
-      for (int s = 0; s < k; ++s) rows[size_t(s)] = row_of(D, ids[s], int64_t(r));
-      out[r] = dot_rows_weighted(D, rows.data(), hd.data(), weights, k);
+  });
+  // down rows: out[r] = Σ_s weight_s · down_s[r] · h[s]
+  const bool routed8 = int8(D, 1);
+  pool_.parallel_for(size_t(H), grain_for(size_t(first[1]) * S), [&](size_t r0, size_t r1) {
+    thread_local std::vector<float> rows_out;
+    rows_out.resize(r1 - r0);
+    size_t s = 0;
+    if (routed8) {  // each slot's rows of the range, then their weighted sum in slot order
+      std::fill(out + r0, out + r1, 0.f);
+    } else {  // the routed slots in one weighted dot product per row
+      std::vector<Row> rows_of_slots(static_cast<size_t>(k));
+      for (size_t r = r0; r < r1; ++r) {
+        for (int j = 0; j < k; ++j) rows_of_slots[size_t(j)] = row_of(D, ids[j], int64_t(r));
+        out[r] = dot_rows_weighted(D, rows_of_slots.data(), hd.data(), weights, k);
+      }
+      s = size_t(k);
+    }
+    for (; s < S; ++s) {
+      const LinearWeight& d = *slots[s].d;
+      if (int8(d, 1)) dot_rows_int8(d, slots[s].expert, int64_t(r0), int64_t(r1), hd8[s], rows_out.data());
+      else
+        for (size_t r = r0; r < r1; ++r) rows_out[r - r0] = dot_row(d, row_of(d, slots[s].expert, int64_t(r)), hd[s]);
+      for (size_t r = r0; r < r1; ++r) out[r] += slots[s].weight * rows_out[r - r0];
     }
   });
 }
@@ -315,8 +359,8 @@ void CpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   const LinearWeight& D = static_cast<const CpuWeight&>(down_w).w;
   const float* xs = f32(x);
   float* o = f32(out);
-  if (n == 1) moe_experts_one_token(G, U, D, xs, i32(ids), f32(weights), k, o);
-  else moe_experts_grouped(G, U, D, xs, i32(ids), f32(weights), n, k, o);
+  if (n == 1) return moe_experts_one_token(G, U, D, xs, i32(ids), f32(weights), k, shared, o);
+  moe_experts_grouped(G, U, D, xs, i32(ids), f32(weights), n, k, o);
   if (shared.gate) add_shared_expert(shared, xs, n, o);
 }
 

@@ -100,9 +100,10 @@ class CpuBackend final : public Backend {
   // Several tokens: the (token, slot) pairs grouped by expert, so each expert's weights are read once.
   void moe_experts_grouped(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
                            const int32_t* ids, const float* weights, int n, int k, float* out);
-  // One token through its k experts with two parallel loops (gate/up rows, then down rows).
+  // One token through its k experts and the shared expert, with two parallel loops (gate/up rows, then
+  // down rows) over all of them.
   void moe_experts_one_token(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
-                             const int32_t* ids, const float* weights, int k, float* out);
+                             const int32_t* ids, const float* weights, int k, const SharedExpert& shared, float* out);
   // out[t] += scale · sigmoid(gate_logit[t]) · shared expert(x[t]), in fp32 rows.
   void add_shared_expert(const SharedExpert& shared, const float* x, int n, float* out);
   ThreadPool pool_;

@@ -94,10 +94,14 @@ void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels
   float* o = f32(out);
   // Row r of the stream [state ; x]: r < past comes from the state.
   auto stream = [&](int r) { return r < past ? st + size_t(r) * channels : xs + size_t(r - past) * channels; };
-  pool_.parallel_for(size_t(channels), grain_for(size_t(n) * kernel), [&](size_t c0, size_t c1) {
+  // Work per channel: n·kernel multiply-adds and n exponentials (counted as 16 each), so that decode's
+  // single token still splits its 8192 channels across the threads.
+  pool_.parallel_for(size_t(channels), grain_for(size_t(n) * size_t(kernel + 16)), [&](size_t c0, size_t c1) {
     const int width = int(c1 - c0);
-    // Token by token across the chunk's channels (rows are contiguous), with the taps transposed to match.
-    std::vector<float> taps(size_t(kernel) * width);
+    // Token by token across the chunk's channels (rows are contiguous), with the taps transposed to match;
+    // the buffer is kept per thread (decode calls this 30 times per token).
+    thread_local std::vector<float> taps;
+    taps.resize(size_t(kernel) * width);
     for (int c = 0; c < width; ++c)
       for (int j = 0; j < kernel; ++j) taps[size_t(j) * width + c] = w[(c0 + c) * kernel + j];
     for (int t = 0; t < n; ++t) {
@@ -155,7 +159,8 @@ void CpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
 
 void CpuBackend::gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) {
   const float* w = f32(weight);
-  pool_.parallel_for(size_t(rows), grain_for(size_t(dim) * 4), [&](size_t r0, size_t r1) {
+  // Work per row: dim exponentials, counted as 16 each (decode's 32 rows split across the threads).
+  pool_.parallel_for(size_t(rows), grain_for(size_t(dim) * 16), [&](size_t r0, size_t r1) {
     for (size_t r = r0; r < r1; ++r) {
       const float* xr = f32(x) + r * dim;
       const float* zr = f32(z) + r * dim;

@@ -31,7 +31,8 @@ inline void cpu_relax() {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  shares_.reset(new Share[size_t(threads)]);
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -44,15 +45,41 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks() {
-  for (;;) {
-    size_t begin = next_.fetch_add(chunk_);
-    if (begin >= n_) return;
-    (*job_)(begin, std::min(n_, begin + chunk_));
+bool ThreadPool::Share::take_front(uint32_t* chunk) {
+  uint64_t r = range.load(std::memory_order_acquire);
+  while (uint32_t(r) < uint32_t(r >> 32))
+    if (range.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel)) {
+      *chunk = uint32_t(r);
+      return true;
+    }
+  return false;
+}
+
+bool ThreadPool::Share::take_back(uint32_t* chunk) {
+  uint64_t r = range.load(std::memory_order_acquire);
+  while (uint32_t(r) < uint32_t(r >> 32))
+    if (range.compare_exchange_weak(r, r - (uint64_t(1) << 32), std::memory_order_acq_rel)) {
+      *chunk = uint32_t(r >> 32) - 1;
+      return true;
+    }
+  return false;
+}
+
+void ThreadPool::run_chunks(int self) {
+  auto run_chunk = [this](uint32_t c) { (*job_)(size_t(c) * chunk_, std::min(n_, size_t(c + 1) * chunk_)); };
+  uint32_t c;
+  if (shared_queue_) {
+    while (shares_[0].take_front(&c)) run_chunk(c);
+    return;
+  }
+  while (shares_[size_t(self)].take_front(&c)) run_chunk(c);
+  for (int i = 1; i < size(); ++i) {
+    Share& other = shares_[size_t((self + i) % size())];
+    while (other.take_back(&c)) run_chunk(c);
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int self) {
   unsigned seen = 0;
   for (;;) {
     // Poll for a new job, then sleep until one arrives.
@@ -75,7 +102,7 @@ void ThreadPool::worker_loop() {
     }
     {
       InJob in_job;
-      run_chunks();
+      run_chunks(self);
     }
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
@@ -88,9 +115,12 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     fn(0, n);
     return;
   }
-  // About four chunks per thread balances uneven rows without much contention.
+  // Eight chunks per thread: the tail that threads steal is small, and a share stays long enough for
+  // the hardware prefetchers (finer chunks handed out in turn measured 5 % slower in decode). Chunk
+  // numbers fit 32 bits.
   const size_t threads = size_t(size());
-  run(n, std::max(grain, (n + threads * 4 - 1) / (threads * 4)), fn);
+  const size_t chunk = std::max({grain, (n + threads * 8 - 1) / (threads * 8), (n >> 31) + 1});
+  run(n, chunk, fn, false);
 }
 
 void ThreadPool::parallel_tasks(size_t n, const std::function<void(size_t)>& fn) {
@@ -98,15 +128,20 @@ void ThreadPool::parallel_tasks(size_t n, const std::function<void(size_t)>& fn)
     for (size_t i = begin; i < end; ++i) fn(i);
   };
   if (workers_.empty() || n <= 1 || t_in_job) return each(0, n);
-  run(n, 1, each);
+  run(n, 1, each, true);
 }
 
-void ThreadPool::run(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn) {
+void ThreadPool::run(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn, bool shared_queue) {
   std::lock_guard<std::mutex> call_lock(call_mu_);
   chunk_ = chunk;
   job_ = &fn;
   n_ = n;
-  next_.store(0);
+  shared_queue_ = shared_queue;
+  // Participant p's share: chunks [p·chunks/P, (p+1)·chunks/P), or all of them in share 0 for a shared
+  // queue. Published by the generation bump below.
+  const size_t parts = shared_queue ? 1 : size_t(size()), chunks = (n + chunk - 1) / chunk;
+  for (size_t p = 0; p < parts; ++p)
+    shares_[p].range.store(uint64_t(p * chunks / parts) | uint64_t((p + 1) * chunks / parts) << 32, std::memory_order_relaxed);
   pending_.store(int(workers_.size()), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -115,7 +150,7 @@ void ThreadPool::run(size_t n, size_t chunk, const std::function<void(size_t, si
   if (sleepers_.load() > 0) start_cv_.notify_all();
   {
     InJob in_job;
-    run_chunks();
+    run_chunks(0);
   }
   for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
     if (i < 1000) cpu_relax();

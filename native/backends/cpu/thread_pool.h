@@ -1,13 +1,17 @@
 // A persistent pool of worker threads for the CPU backend's data-parallel loops.
-// parallel_for hands out contiguous index ranges; the caller's thread works too. Decode issues
-// hundreds of small loops per token, so workers spin briefly before sleeping and the caller spins on
-// completion: a condition-variable wake-up costs more than many of those loops.
+// parallel_for cuts [0, n) into chunks and gives each thread (the caller's too) a contiguous share of
+// them, taken front to back, so that each thread streams through one region of the weights; a thread
+// whose share is done takes chunks from the back of another's. Decode issues hundreds of small loops
+// per token, so workers spin briefly before sleeping and the caller spins on completion: a
+// condition-variable wake-up costs more than many of those loops.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,16 +34,27 @@ class ThreadPool {
   void parallel_tasks(size_t n, const std::function<void(size_t)>& fn);
 
  private:
-  void run(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn);
-  void worker_loop();
-  void run_chunks();
+  // Participant p's share of the current job's chunks, [front, back) in one word, so that its owner
+  // taking from the front and a thief taking from the back never get the same chunk.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range{0};
+    bool take_front(uint32_t* chunk);
+    bool take_back(uint32_t* chunk);
+  };
+
+  // shared_queue: every thread takes chunks in order from one queue (parallel_tasks' largest-first
+  // order), instead of from its own share.
+  void run(size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn, bool shared_queue);
+  void worker_loop(int self);
+  void run_chunks(int self);  // participant `self`: the caller is 0, worker i is i + 1
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;
   size_t n_ = 0, chunk_ = 0;
-  std::atomic<size_t> next_{0};
+  bool shared_queue_ = false;
+  std::unique_ptr<Share[]> shares_;  // one per participant
   std::atomic<int> pending_{0};        // workers still running the current job
   std::atomic<unsigned> generation_{0};  // bumped once per job
   std::atomic<int> sleepers_{0};
