@@ -332,6 +332,8 @@ int main() {
       {4, 64, 2048, DType::BF16}, {4, 32, 512, DType::BF16}, {4, 128, 1024, DType::BF16}, {4, 64, 64, DType::BF16},
       {4, 32, 96, DType::BF16},   {4, 64, 192, DType::F16},  {4, 128, 384, DType::F32},  {8, 64, 2048, DType::BF16},
       {8, 32, 512, DType::BF16},  {8, 32, 96, DType::F16},   {8, 128, 256, DType::F32},  {8, 64, 64, DType::BF16},
+      // 4-bit rows of whole quads (512 columns) followed by chunks: every scale type in the quad kernel
+      {4, 64, 1216, DType::F16},  {4, 128, 640, DType::F32}, {4, 32, 1568, DType::BF16},
   };
   for (int planes : {1, 2, 3})
     for (const Int8Case& c : int8_cases) failures += int8_case(rng, planes, c.bits, c.group_size, c.cols, c.scales);

@@ -163,6 +163,8 @@ void Int8Input::init(const LinearWeight& w, int rows, int activation_planes) {
   qk.assign(size_t(n) * size_t(kstride), 0);
   d.assign(size_t(n) * size_t(blocks), 0.f);
   dlane.assign(size_t(n) * size_t(chunks) * 16, 0.f);
+  quads = bits == 4 ? cols / cc / 4 : 0;
+  dquad.assign(size_t(n) * size_t(quads) * 16, 0.f);
   bsum.assign(size_t(n) * size_t(gstride), 0.f);
 }
 
@@ -262,6 +264,9 @@ void Int8Input::quantize_row(const float* x, int t) {
       const int64_t b = lane_block(bits, c, l);
       dl[c * 16 + l] = b < blocks ? dr[b] : 0.f;
     }
+  float* dq = dquad.data() + size_t(t) * size_t(quads) * 16;
+  for (int64_t g = 0; g < quads; ++g)
+    for (int l = 0; l < 16; ++l) dq[g * 16 + l] = dr[16 * g + 4 * (l % 4) + l / 4];  // block l/4 of chunk 4g + l%4
 }
 
 void Int8Input::pack() {
@@ -347,22 +352,35 @@ inline __mmask16 first_n(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mma
 template <int kScale>
 struct LaneScales {
   int64_t groups;
-  int64_t per_chunk;  // groups a chunk spans (1 when one group covers it)
-  __m512i idx;        // BF16: source word per odd 16-bit half; F16: source word per low word; F32: per dword
-  __mmask16 full;     // the groups of a whole chunk
+  int64_t per_chunk;   // groups a chunk spans (1 when one group covers it)
+  __m512i idx;         // BF16: source word per odd 16-bit half; F16: source word per low word; F32: per dword
+  __mmask16 full;      // the groups of a whole chunk
+  __m512i quad_idx;    // the same for a quad's reduced lanes (lane 4L + i: block L of chunk i)
+  __mmask16 quad_full; // the groups of a quad
   explicit LaneScales(const Int8Input& in)
       : groups(in.cols >> in.gshift), per_chunk(std::max<int64_t>(1, chunk_cols(in.bits) >> in.gshift)),
-        full(first_n(per_chunk)) {
-    const __m512i lg = _mm512_loadu_si512(in.lane_group);
-    idx = kScale == 0 ? _mm512_slli_epi32(lg, 16) : kScale == 1 ? _mm512_castsi256_si512(_mm512_cvtepi32_epi16(lg)) : lg;
+        full(first_n(per_chunk)), quad_full(first_n(std::max<int64_t>(1, (4 * chunk_cols(in.bits)) >> in.gshift))) {
+    idx = widen_index(_mm512_loadu_si512(in.lane_group));
+    alignas(64) int32_t quad_group[16];
+    for (int l = 0; l < 16; ++l) quad_group[l] = int32_t(((4 * (l % 4) + l / 4) * kBlock) >> in.gshift);
+    quad_idx = widen_index(_mm512_load_si512(quad_group));
   }
   // Lanes of the chunk whose first group is g0, from a row's scales p; `whole`: the chunk lies within the row.
   __m512 operator()(const uint8_t* p, int64_t g0, bool whole = false) const {
-    const __mmask16 m = whole ? full : first_n(std::min(per_chunk, groups - g0));
-    if (kScale == 2) return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, p + 4 * g0));
+    return expand(p, g0, whole ? full : first_n(std::min(per_chunk, groups - g0)), idx);
+  }
+  // Lanes of the (whole) quad whose first group is g0.
+  __m512 quad(const uint8_t* p, int64_t g0) const { return expand(p, g0, quad_full, quad_idx); }
+
+ private:
+  static __m512i widen_index(__m512i group) {
+    return kScale == 0 ? _mm512_slli_epi32(group, 16) : kScale == 1 ? _mm512_castsi256_si512(_mm512_cvtepi32_epi16(group)) : group;
+  }
+  static __m512 expand(const uint8_t* p, int64_t g0, __mmask16 m, __m512i index) {
+    if (kScale == 2) return _mm512_permutexvar_ps(index, _mm512_maskz_loadu_ps(m, p + 4 * g0));
     const __m512i v = _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(m, p + 2 * g0));
-    if (kScale == 0) return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAA, idx, v));
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, v)));
+    if (kScale == 0) return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAA, index, v));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(index, v)));
   }
 };
 
@@ -400,8 +418,33 @@ inline __m512 chunk(const ChunkWeights<kBits>& cw, const int8_t* xk, const float
   return _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_loadu_ps(dl));
 }
 
-// One row (decode). Two accumulators over alternate chunks; the bias term joins through the group
-// vectors, so there is one horizontal sum per row.
+// Σ_p 128^(planes-1-p) I_p for four whole 4-bit chunks (a quad), each block's four lanes summed: lane
+// 4L + i holds block L of chunk i. The planes accumulate Horner-wise in one register per chunk, and
+// the reduction (a 4x4 transpose of lane groups, with adds) leaves the float work a quarter of the lanes
+// it would have per chunk.
+template <int kPlanes>
+inline __m512i quad_sums(const uint8_t* q, const int8_t* xk) {
+  __m512i lo[4], hi[4], d[4];
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i b = _mm512_loadu_si512(q + 64 * j);
+    lo[j] = _mm512_and_si512(b, low);
+    hi[j] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+    d[j] = _mm512_setzero_si512();
+  }
+  for (int p = 0; p < kPlanes; ++p) {  // the four chunks' chains interleaved
+    for (int j = 0; j < 4; ++j)
+      d[j] = _mm512_dpbusd_epi32(p ? _mm512_slli_epi32(d[j], 7) : d[j], lo[j], _mm512_loadu_si512(xk + (j * kPlanes + p) * 128));
+    for (int j = 0; j < 4; ++j) d[j] = _mm512_dpbusd_epi32(d[j], hi[j], _mm512_loadu_si512(xk + (j * kPlanes + p) * 128 + 64));
+  }
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+}
+
+// One row (decode): 4-bit rows a quad at a time, then chunks two at a time into two accumulators, then
+// a masked last chunk; the bias term joins through the group vectors, so there is one horizontal sum per
+// row.
 template <int kBits, int kPlanes, int kScale>
 inline float dot_vnni(const LaneScales<kScale>& scales, const LinearWeight& w, const Row& row, const Int8Input& in, int t) {
   const int gs = in.gshift;
@@ -412,6 +455,14 @@ inline float dot_vnni(const LaneScales<kScale>& scales, const LinearWeight& w, c
   const uint8_t* q = row.data;
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t c = 0;
+  if (kBits == 4) {
+    const float* dq = in.dquad.data() + size_t(t) * size_t(in.quads) * 16;
+    for (; c + 4 <= full; c += 4) {
+      for (int j = 0; j < 4; ++j) _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64 * j, _MM_HINT_T0);
+      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(quad_sums<kPlanes>(q + c * cb, xk + c * cc * kPlanes)), _mm512_loadu_ps(dq + 4 * c));
+      acc0 = _mm512_fmadd_ps(f, scales.quad(row.scales, (c * cc) >> gs), acc0);
+    }
+  }
   for (; c + 2 <= full; c += 2) {
     _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64, _MM_HINT_T0);

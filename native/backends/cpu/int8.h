@@ -50,7 +50,9 @@ const char* int8_kernel_name();
 // one 64-byte load unpacked with masks and a shift meets two 64-byte activation vectors); for 8-bit, the
 // natural order. Rows are zero-padded to whole chunks (128 columns for 4-bit, 64 for 8-bit). With that
 // order, int32 lane l (of 16) of a 512-bit vpdpbusd over chunk c sums products of one block:
-// 4c + l/4 (4-bit) or 2c + l/8 (8-bit); `dlane` holds that block's d per lane.
+// 4c + l/4 (4-bit) or 2c + l/8 (8-bit); `dlane` holds that block's d per lane. For 4-bit, the VNNI row
+// kernel takes whole chunks four at a time (a quad, 512 columns) and sums each block's four lanes
+// first, so that lane 4L + i holds block L of the quad's chunk i: `dquad` holds the d of that block.
 struct Int8Input {
   int n = 0;
   int planes = 1;
@@ -58,6 +60,7 @@ struct Int8Input {
   int bits = 0, group_size = 0;
   int64_t blocks = 0;   // cols / 32
   int64_t chunks = 0;   // per row
+  int64_t quads = 0;    // 4-bit: whole chunks / 4
   int64_t kstride = 0;  // bytes per row of qk: chunks * chunk columns * planes
   int64_t gstride = 0;  // floats per row of bsum: groups rounded up to 16 (zero padded)
   int gshift = 0;       // log2(group_size)
@@ -67,6 +70,7 @@ struct Int8Input {
   std::vector<int8_t> qk;    // [n, kstride] kernel order
   std::vector<float> d;      // [n, blocks] block scales
   std::vector<float> dlane;  // [n, chunks * 16]
+  std::vector<float> dquad;  // 4-bit: [n, quads * 16], quads = whole chunks / 4
   std::vector<float> bsum;   // [n, gstride]: B_G = Σ_{j∈G} d_j Σ q
 
   // Prefill (AVX-512 VNNI builds): the rows again with 16 tokens to a vector, k-major (for each dword of
