@@ -98,8 +98,16 @@ void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels
   // single token still splits its 8192 channels across the threads.
   pool_.parallel_for(size_t(channels), grain_for(size_t(n) * size_t(kernel + 16)), [&](size_t c0, size_t c1) {
     const int width = int(c1 - c0);
-    // Token by token across the chunk's channels (rows are contiguous), with the taps transposed to match;
-    // the buffer is kept per thread (decode calls this 30 times per token).
+    if (n == 1) {  // decode: each channel's taps where they are (a transposed copy would cost as much as the conv)
+      for (size_t c = c0; c < c1; ++c) {
+        float acc = 0.f;
+        for (int j = 0; j < kernel; ++j) acc += w[c * kernel + j] * stream(j)[c];
+        o[c] = silu(acc);
+      }
+      for (int j = 0; j < past; ++j) std::memmove(st + size_t(j) * channels + c0, stream(1 + j) + c0, size_t(width) * 4);
+      return;
+    }
+    // Token by token across the chunk's channels (rows are contiguous), with the taps transposed to match.
     thread_local std::vector<float> taps;
     taps.resize(size_t(kernel) * width);
     for (int c = 0; c < width; ++c)

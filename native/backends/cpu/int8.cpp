@@ -329,7 +329,16 @@ float dot_row_int8_reference(const LinearWeight& w, const Row& row, const Int8In
 namespace {
 
 #if MOELENS_I8_VNNI
-constexpr int kPrefetchBytes = 2048;
+// Software prefetch of the weight stream: into L1 2 KB ahead, and into L2 16 KB ahead, which keeps
+// enough lines in flight to cover DRAM latency while the core computes (decode measured 12 % faster
+// than with the L1 prefetch alone; 8 to 32 KB ahead performed alike). Past the end of a call's rows,
+// the next rows are usually the same thread's next chunk: stopping the prefetch at the end of each
+// call's rows measured 12 % slower.
+constexpr int kPrefetchBytes = 2048, kPrefetchL2Bytes = 16384;
+inline void prefetch_weights(const uint8_t* p, int lines) {
+  for (int j = 0; j < lines; ++j) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64 * j, _MM_HINT_T0);
+  for (int j = 0; j < lines; ++j) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchL2Bytes + 64 * j, _MM_HINT_T1);
+}
 
 // How a row stores its scales and biases: kScale 0 BF16, 1 F16, 2 F32.
 inline int scale_kind(DType t) { return t == DType::BF16 ? 0 : t == DType::F16 ? 1 : 2; }
@@ -393,6 +402,7 @@ struct ChunkWeights {
   __m512i lo, hi;
   explicit ChunkWeights(__m512i b) {
     if (kBits == 4) {
+      asm("" : "+v"(b));  // one load, not one per unpacking instruction (see quad_sums)
       const __m512i low = _mm512_set1_epi8(0x0F);
       lo = _mm512_and_si512(b, low);
       hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
@@ -423,11 +433,14 @@ inline __m512 chunk(const ChunkWeights<kBits>& cw, const int8_t* xk, const float
 // the reduction (a 4x4 transpose of lane groups, with adds) leaves the float work a quarter of the lanes
 // it would have per chunk.
 template <int kPlanes>
-inline __m512i quad_sums(const uint8_t* q, const int8_t* xk) {
+__attribute__((always_inline)) inline __m512i quad_sums(const uint8_t* q, const int8_t* xk) {
   __m512i lo[4], hi[4], d[4];
   const __m512i low = _mm512_set1_epi8(0x0F);
   for (int j = 0; j < 4; ++j) {
-    const __m512i b = _mm512_loadu_si512(q + 64 * j);
+    __m512i b = _mm512_loadu_si512(q + 64 * j);
+    // Keep the load a load: folded into both unpacking instructions, it reads each weight line twice
+    // (measured 20 % slower for int24).
+    asm("" : "+v"(b));
     lo[j] = _mm512_and_si512(b, low);
     hi[j] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
     d[j] = _mm512_setzero_si512();
@@ -458,14 +471,13 @@ inline float dot_vnni(const LaneScales<kScale>& scales, const LinearWeight& w, c
   if (kBits == 4) {
     const float* dq = in.dquad.data() + size_t(t) * size_t(in.quads) * 16;
     for (; c + 4 <= full; c += 4) {
-      for (int j = 0; j < 4; ++j) _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64 * j, _MM_HINT_T0);
+      prefetch_weights(q + c * cb, 4);
       const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(quad_sums<kPlanes>(q + c * cb, xk + c * cc * kPlanes)), _mm512_loadu_ps(dq + 4 * c));
       acc0 = _mm512_fmadd_ps(f, scales.quad(row.scales, (c * cc) >> gs), acc0);
     }
   }
   for (; c + 2 <= full; c += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(q + c * cb) + kPrefetchBytes + 64, _MM_HINT_T0);
+    prefetch_weights(q + c * cb, 2);
     const ChunkWeights<kBits> w0(_mm512_loadu_si512(q + c * cb)), w1(_mm512_loadu_si512(q + (c + 1) * cb));
     acc0 = _mm512_fmadd_ps(chunk<kBits, kPlanes>(w0, xk + c * cc * kPlanes, dl + c * 16),
                            scales(row.scales, (c * cc) >> gs, true), acc0);
