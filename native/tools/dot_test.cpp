@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/activations.h"
 #include "backends/cpu/dot.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/int8.h"
@@ -114,6 +115,34 @@ int gemm_case(std::mt19937& rng, int rows, int n, int cols) {
   const bool ok = worst <= 1e-5 * cols && outside_ok;
   std::printf("%-6s gemm rows=%d tokens=%-3d cols=%-4d max|err|=%.2e%s %s\n", simd_name(), rows, n, cols, worst,
               outside_ok ? "" : " (wrote outside the tile)", ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+// silu over arrays (the SIMD exponential) against silu in double: within 4 ulp where the result is a
+// normal float, the same infinities and NaNs, and within 1e-30 where it underflows.
+int silu_case() {
+  std::vector<float> x;
+  for (float v = -110.f; v <= 110.f; v += 0.0037f) x.push_back(v);
+  for (float v : {0.f, -0.f, 1e-30f, -1e-30f, 88.f, -88.f, 89.f, -89.f, 104.f, -104.f, 200.f, -200.f, INFINITY, -INFINITY, NAN})
+    x.push_back(v);
+  std::vector<float> y = x;
+  silu_inplace(y.data(), int64_t(y.size()));
+  double worst = 0;
+  bool special_ok = true;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = double(x[i]) / (1.0 + std::exp(-double(x[i])));
+    if (std::isnan(want) || std::isinf(want)) {
+      special_ok = special_ok && (std::isnan(want) ? std::isnan(y[i]) : y[i] == float(want));
+    } else if (std::fabs(want) < 1e-30) {
+      special_ok = special_ok && std::fabs(y[i] - want) <= 1e-30;
+    } else {
+      const double ulp = std::fabs(double(std::nextafter(float(want), INFINITY)) - double(float(want)));
+      worst = std::max(worst, std::fabs(double(y[i]) - want) / ulp);
+    }
+  }
+  const bool ok = worst <= 4.0 && special_ok;
+  std::printf("%-6s silu over %zu values: worst %.2f ulp, infinities/NaN/underflow %s %s\n", simd_name(), x.size(), worst,
+              special_ok ? "as expf" : "DIFFER", ok ? "ok" : "FAIL");
   return ok ? 0 : 1;
 }
 
@@ -341,6 +370,7 @@ int main() {
     for (const int n : {1, 3, 16, 17, 40})
       for (const int cols : {64, 576}) failures += gemm_case(rng, rows, n, cols);
   for (const int dim : {16, 64, 200, 256}) failures += weighted_rows_case(rng, 37, dim);
+  failures += silu_case();
   std::printf("int8 activations digest %016llx\n", static_cast<unsigned long long>(int8_digest));
   std::printf("%d failures\n", failures);
   return failures ? 1 : 0;

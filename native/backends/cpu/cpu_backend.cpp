@@ -306,7 +306,8 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   std::vector<Int8Input> hd8(S);
   pool_.parallel_for(S, grain_for(size_t(first[1]) * 16), [&](size_t s0, size_t s1) {
     for (size_t s = s0; s < s1; ++s) {
-      for (size_t i = first[s]; i < first[s + 1]; ++i) g[i] = silu(g[i]) * u[i];
+      silu_inplace(&g[first[s]], int64_t(first[s + 1] - first[s]));
+      for (size_t i = first[s]; i < first[s + 1]; ++i) g[i] *= u[i];
       if (int8(*slots[s].d, 1)) quantize_input(*slots[s].d, &g[first[s]], 1, &hd8[s], planes());
       else prepare_input(*slots[s].d, &g[first[s]], &hd[s]);
     }
@@ -347,7 +348,8 @@ void CpuBackend::add_shared_expert(const SharedExpert& sh, const float* x, int n
   shared_u.resize(size_t(n) * I);
   shared_y.resize(size_t(n) * H);
   linear_shared({{&G, 0, shared_g.data()}, {&U, 0, shared_u.data()}}, x, n);
-  for (size_t i = 0; i < shared_g.size(); ++i) shared_g[i] = silu(shared_g[i]) * shared_u[i];
+  silu_inplace(shared_g.data(), int64_t(shared_g.size()));
+  for (size_t i = 0; i < shared_g.size(); ++i) shared_g[i] *= shared_u[i];
   linear(D, 0, shared_g.data(), n, shared_y.data());
   for (int t = 0; t < n; ++t) axpy(sh.scale * sigmoid(f32(sh.gate_logit)[t]), &shared_y[size_t(t) * H], out + size_t(t) * H, H);
 }
@@ -392,7 +394,8 @@ void CpuBackend::moe_experts_grouped(const LinearWeight& G, const LinearWeight& 
     u.resize(size_t(m) * I);
     y.resize(size_t(m) * H);
     linear_shared({{&G, int64_t(e), g.data()}, {&U, int64_t(e), u.data()}}, xin.data(), m);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    silu_inplace(g.data(), int64_t(g.size()));
+    for (size_t i = 0; i < g.size(); ++i) g[i] *= u[i];
     linear(D, int64_t(e), g.data(), m, y.data());
     for (int j = 0; j < m; ++j) {
       float* out = pair_out + size_t(pairs[j]) * H;

@@ -102,8 +102,9 @@ void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels
       for (size_t c = c0; c < c1; ++c) {
         float acc = 0.f;
         for (int j = 0; j < kernel; ++j) acc += w[c * kernel + j] * stream(j)[c];
-        o[c] = silu(acc);
+        o[c] = acc;
       }
+      silu_inplace(o + c0, width);
       for (int j = 0; j < past; ++j) std::memmove(st + size_t(j) * channels + c0, stream(1 + j) + c0, size_t(width) * 4);
       return;
     }
@@ -120,7 +121,7 @@ void CpuBackend::conv_silu(View x, View state, View weights, int n, int channels
         const float* tap = taps.data() + size_t(j) * width;
         for (int c = 0; c < width; ++c) oc[c] += tap[c] * src[c];
       }
-      for (int c = 0; c < width; ++c) oc[c] = silu(oc[c]);
+      silu_inplace(oc, width);
     }
     // The new state: the last `past` rows of the stream (raw, pre-conv inputs). Row j moves from row
     // n + j >= j, so going up never overwrites a row still to be read.
@@ -174,7 +175,10 @@ void CpuBackend::gated_rms_norm(View x, View z, View weight, int rows, int dim, 
       const float* zr = f32(z) + r * dim;
       float* o = f32(out) + r * dim;
       float inv = 1.0f / std::sqrt(dot_f32(xr, xr, dim) / float(dim) + eps);
-      for (int i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv) * silu(zr[i]);
+      thread_local std::vector<float> gate;  // silu(z): out may be x, so not written before x is read
+      gate.assign(zr, zr + dim);
+      silu_inplace(gate.data(), dim);
+      for (int i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv) * gate[size_t(i)];
     }
   });
 }
