@@ -61,17 +61,18 @@ void CpuBackend::scale(View x, float s, size_t count) {
   for (size_t i = 0; i < count; ++i) p[i] *= s;
 }
 
-const Int8Input& CpuBackend::quantized_for(const LinearWeight& w, const float* x, int n,
-                                           std::vector<std::unique_ptr<Int8Input>>* cache) {
-  for (const auto& q : *cache)
-    if (q->fits(w)) return *q;
-  cache->push_back(std::make_unique<Int8Input>());
-  quantize(w, x, n, cache->back().get());
-  return *cache->back();
+const Int8Input& CpuBackend::quantized_for(const LinearWeight& w, const float* x, int n, QuantizedInputs* q) {
+  for (size_t i = 0; i < q->used; ++i)
+    if (q->entries[i]->fits(w)) return *q->entries[i];
+  if (q->used == q->entries.size()) q->entries.push_back(std::make_unique<Int8Input>());
+  Int8Input& in = *q->entries[q->used++];
+  quantize(w, x, n, &in);
+  return in;
 }
 
 void CpuBackend::linear_shared(const std::vector<LinearJob>& jobs, const float* x, int n) {
-  std::vector<std::unique_ptr<Int8Input>> quantized;
+  thread_local QuantizedInputs quantized;
+  quantized.used = 0;
   // Reused across calls, so that large packs keep their pages. Per thread: sessions may run forward on
   // different threads at once (the pool serialises only the parallel loops).
   thread_local std::vector<PackedTokens> packs;
@@ -170,7 +171,8 @@ void CpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
     return linear_shared(linear_jobs, f32(x), n);
   }
   // Decode: one parallel loop over the rows of every matrix.
-  std::vector<std::unique_ptr<Int8Input>> quantized;
+  thread_local QuantizedInputs quantized;
+  quantized.used = 0;
   std::vector<PreparedInput> in(jobs.size());
   std::vector<const Int8Input*> in8(jobs.size());
   std::vector<size_t> first_row(jobs.size() + 1, 0);
@@ -260,7 +262,8 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   for (size_t s = 0; s < S; ++s) first[s + 1] = first[s] + size_t(slots[s].g->rows);
   const size_t rows = first[S];
   // x prepared once per layout: quantised (int8 kernels) or as fp32 group sums.
-  std::vector<std::unique_ptr<Int8Input>> quantized;
+  thread_local QuantizedInputs quantized;
+  quantized.used = 0;
   std::vector<std::pair<const LinearWeight*, std::unique_ptr<PreparedInput>>> prepared;
   auto prepared_for = [&](const LinearWeight& w) -> const PreparedInput& {
     for (const auto& [v, p] : prepared)
@@ -285,7 +288,13 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   // gate and up rows of every slot: h[s] = silu(gate_s · x) * (up_s · x). Index i < rows is a gate row,
   // else an up row; a chunk is cut where the slot or the matrix changes, so each piece is one expert's
   // contiguous rows.
-  std::vector<float> g(rows), u(rows);
+  // Kept per calling thread, as the quantised inputs. The loops' workers name them through these
+  // references: inside the lambdas, the thread_locals themselves would be the worker's own.
+  thread_local std::vector<float> g_kept, u_kept;
+  std::vector<float>& g = g_kept;
+  std::vector<float>& u = u_kept;
+  g.resize(rows);
+  u.resize(rows);
   pool_.parallel_for(2 * rows, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
     for (size_t i = i0; i < i1;) {
       const bool is_up = i >= rows;
@@ -303,7 +312,9 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
   });
   // Each slot's down input, the slots in parallel (their exponentials).
   std::vector<PreparedInput> hd(S);
-  std::vector<Int8Input> hd8(S);
+  thread_local std::vector<Int8Input> hd8_kept;
+  std::vector<Int8Input>& hd8 = hd8_kept;
+  hd8.resize(S);
   pool_.parallel_for(S, grain_for(size_t(first[1]) * 16), [&](size_t s0, size_t s1) {
     for (size_t s = s0; s < s1; ++s) {
       silu_inplace(&g[first[s]], int64_t(first[s + 1] - first[s]));

@@ -92,10 +92,15 @@ class CpuBackend final : public Backend {
   }
   int planes() const { return cpu::activation_planes(precision_); }
   void quantize(const LinearWeight& w, const float* x, int n, cpu::Int8Input* in);
-  // x quantised for w: the entry of `cache` that fits w's layout, else a new one (int8 precision quantises
-  // once per layout and shares it among the weights of that layout).
-  const cpu::Int8Input& quantized_for(const LinearWeight& w, const float* x, int n,
-                                      std::vector<std::unique_ptr<cpu::Int8Input>>* cache);
+  // One call's activations quantised per weight layout. A call site keeps one per thread and clears it
+  // per call: the entries and their buffers stay allocated, so decode does not allocate them per matmul.
+  struct QuantizedInputs {
+    std::vector<std::unique_ptr<cpu::Int8Input>> entries;
+    size_t used = 0;
+  };
+  // x quantised for w: the entry of `q` that fits w's layout, else the next free entry, filled (int8
+  // precisions quantise once per layout and share it among the weights of that layout).
+  const cpu::Int8Input& quantized_for(const LinearWeight& w, const float* x, int n, QuantizedInputs* q);
   void linear_int8(const LinearWeight& w, int64_t expert, const cpu::Int8Input& in, float* y);
   // Several tokens: the (token, slot) pairs grouped by expert, so each expert's weights are read once.
   void moe_experts_grouped(const LinearWeight& G, const LinearWeight& U, const LinearWeight& D, const float* x,
