@@ -285,16 +285,17 @@ void CpuBackend::moe_experts_one_token(const LinearWeight& G, const LinearWeight
     if (int8(u, 1)) in[s].u8 = &quantized_for(u, x, 1, &quantized);
     else in[s].up = &prepared_for(u);
   }
-  // gate and up rows of every slot: h[s] = silu(gate_s · x) * (up_s · x). Index i < rows is a gate row,
-  // else an up row; a chunk is cut where the slot or the matrix changes, so each piece is one expert's
-  // contiguous rows.
-  // Kept per calling thread, as the quantised inputs. The loops' workers name them through these
-  // references: inside the lambdas, the thread_locals themselves would be the worker's own.
+  // The slots' gate and up outputs, kept per calling thread as the quantised inputs are. The loops'
+  // workers name them through these references: inside the lambdas, the thread_locals themselves would
+  // be the worker's own.
   thread_local std::vector<float> g_kept, u_kept;
   std::vector<float>& g = g_kept;
   std::vector<float>& u = u_kept;
   g.resize(rows);
   u.resize(rows);
+  // gate and up rows of every slot: h[s] = silu(gate_s · x) * (up_s · x). Index i < rows is a gate row,
+  // else an up row; a chunk is cut where the slot or the matrix changes, so each piece is one expert's
+  // contiguous rows.
   pool_.parallel_for(2 * rows, grain_for(size_t(H)), [&](size_t i0, size_t i1) {
     for (size_t i = i0; i < i1;) {
       const bool is_up = i >= rows;
