@@ -23,7 +23,7 @@ report="$out/report.txt"
 model="${1:-}"
 peak="${PEAK_GBPS:-614}"
 jobs=$(sysctl -n hw.ncpu 2>/dev/null || nproc)
-msl_versions=(3.0)  # MTLLanguageVersion3_0 in native/backends/metal/metal_runtime.cpp
+msl_versions=(3.0)  # MTLLanguageVersion3_0 in native/backends/gpu/metal/metal_runtime.cpp
 
 if [ "$(uname -s)" != "Darwin" ] && [ "${FIRST_MAC_RUN_ANYWHERE:-}" != "1" ]; then
   echo "first-mac-run: this is for macOS on Apple Silicon (FIRST_MAC_RUN_ANYWHERE=1 rehearses it elsewhere)" >&2

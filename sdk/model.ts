@@ -9,18 +9,25 @@ import type { GenerationContext } from "./generate/generate";
 import { loadGenerationConfig, type GenerationConfig } from "./generate/generation-config";
 import { loadTokenizer, type Tokenizer } from "./tokenizer/tokenizer";
 
-/** "metal" and "cuda" exist where the native build has them (`backends()` lists them); on Linux,
+/** "cpu" is the reference. "emulator" runs the GPU backend's kernels on the CPU emulator (for tests:
+ * slow). "metal" and "cuda" exist where the native build has them (`backends()` lists them); on Linux,
  * "metal" runs the Metal host over a mock Objective-C runtime on the CPU emulator of the kernels. */
-export type BackendName = "cpu" | "metal" | "cuda";
+export type BackendName = "cpu" | "emulator" | "metal" | "cuda";
 
-/** How the CPU backend computes matmuls with MLX-quantized (4/8-bit) weights. "fp32" (default): fp32
+/** How activations enter the matmuls.
+ *
+ * The CPU backend, for MLX-quantized (4/8-bit) weights: "fp32" (default): fp32
  * activations, exact, the configuration the parity tests check. "int24": the activations as 22-bit
  * integers per block of 32 (three int8 planes) and integer dot products; rounding of the order of fp32's,
  * checked by the same parity tests, faster in decode. "int8": activations quantized to int8 in blocks of
  * 32 (as llama.cpp's Q8_0); fastest, reduced precision. "int16": two planes, close to fp32 but not within
  * the parity tolerance. See docs/performance.md, "Integer activations". Dense (bf16/f16/f32) weights
- * are fp32 in every mode. */
-export const precisions = ["fp32", "int24", "int16", "int8"] as const;
+ * are fp32 in every mode.
+ *
+ * The GPU backends: "fp16" (default): prefill chunks run on the tiled matrix kernels with fp16 operands
+ * and fp32 accumulation (decode keeps the exact kernels); "fp32": every call on the exact fp32 kernels,
+ * within 1e-4 of the CPU backend's logits. See docs/metal.md, "Precision". */
+export const precisions = ["fp32", "fp16", "int24", "int16", "int8"] as const;
 export type Precision = (typeof precisions)[number];
 
 export interface LoadOptions {
@@ -28,7 +35,7 @@ export interface LoadOptions {
   backend?: BackendName;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
-  /** CPU matmul precision for quantized weights (default "fp32", exact; "int24" within the same parity tests, faster in decode); "int8" and "int16" are faster reduced-precision modes. */
+  /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp16" (default) or "fp32". */
   precision?: Precision;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;
@@ -112,7 +119,7 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   }
   const backend = options.backend ?? "cpu";
   const threads = options.threads ?? defaultThreads(resolved);
-  const precision = options.precision ?? "fp32";
+  const precision = options.precision ?? (backend === "cpu" ? "fp32" : "fp16");
   if (!precisions.includes(precision)) {
     throw new Error(`precision must be one of ${precisions.map((p) => JSON.stringify(p)).join(", ")}; got ${JSON.stringify(precision)}`);
   }

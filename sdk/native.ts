@@ -83,8 +83,8 @@ export interface NativeConfig {
 export interface NativeInfo {
   dir: string;
   backend: string;
-  /** "fp32" (exact) or the CPU backend's integer-activation modes "int24" / "int16" / "int8" (LoadOptions.precision). */
-  precision: "fp32" | "int24" | "int16" | "int8";
+  /** "fp32" (exact), the CPU backend's integer-activation modes "int24" / "int16" / "int8", or the GPU backends' "fp16" (LoadOptions.precision). */
+  precision: "fp32" | "fp16" | "int24" | "int16" | "int8";
   layout: "hf" | "mlx";
   weightBytes: number;
   quantized: boolean;

@@ -41,6 +41,12 @@
 #ifndef GEMV_THREADS
 #define GEMV_THREADS 128  // GEMV_SIMDGROUPS * 32, as a literal for the kernels' attribute
 #endif
+// Prefill: a call of at least PREFILL_MIN_TOKENS tokens runs on the tiled kernels (matrix units, fp16
+// operands, fp32 accumulation) when the backend's precision is fp16; shorter calls (decode) on the
+// GEMV-class kernels above. Measured on the H200 with bench/gpu/gemv-sweep.sh.
+#ifndef PREFILL_MIN_TOKENS
+#define PREFILL_MIN_TOKENS 16u
+#endif
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
 #define NORM_THREADS 1024

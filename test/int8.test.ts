@@ -164,7 +164,7 @@ describe.each(targets)("reduced precision vs fp32: $name", ({ name, dir, sequenc
 
 test("precision is validated, is part of the load cache key, and belongs to the cpu backend", async () => {
   // @ts-expect-error: not a precision
-  await expect(load(embeddedModelDir, { precision: "int4" })).rejects.toThrow(/precision must be one of "fp32", "int24", "int16", "int8"; got "int4"/);
+  await expect(load(embeddedModelDir, { precision: "int4" })).rejects.toThrow(/precision must be one of "fp32", "fp16", "int24", "int16", "int8"; got "int4"/);
   const a = await load(embeddedModelDir, { precision: "int8" });
   expect(await load(embeddedModelDir, { precision: "int8" })).toBe(a);
   expect(await load(embeddedModelDir)).not.toBe(a);

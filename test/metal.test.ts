@@ -2,7 +2,8 @@
 // compilation of the embedded MSL, pipeline cache, one command buffer per forward call) runs against
 // the mock Objective-C runtime, whose command buffers execute the kernels on the CPU emulator; so
 // this checks binding indices, parameter structs, grid sizes and buffer lifetimes between host and
-// kernels, against the CPU backend on every fixture. On a Mac it runs on the GPU.
+// kernels, against the CPU backend on every fixture. On a Mac it runs on the GPU. These checks use the
+// exact precision ("fp32"); the fp16 prefill kernels have their own accuracy checks.
 import { afterEach, describe, expect, test } from "vitest";
 import { disableExperts, forceExperts, load, scaleSharedExpert, steer, type Model } from "moelens";
 import { native } from "../sdk/native";
@@ -41,7 +42,7 @@ test("the native build lists the metal backend", () => {
 
 describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts }) => {
   test("logits at every position and greedy decoding follow the CPU backend", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal", precision: "fp32" })]);
     expect(gpu.info).toBeDefined();
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 12);
@@ -66,7 +67,7 @@ describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts
   });
 
   test("decodeGreedy (the token stays on the device) chooses what the decode loop chooses", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal", precision: "fp32" })]);
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 10);
     const loop = cpu.session();
@@ -96,7 +97,7 @@ describe.runIf(hasMetal)("metal: traces, interventions, forks", () => {
 
   test("captures match the CPU backend, in random thread order", async () => {
     process.env.MOELENS_EMU_ORDER = "random";
-    [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal" })]);
+    [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal", precision: "fp32" })]);
     const attnLayer = cpu.config.layerTypes.indexOf("full_attention");
     const options = {
       logits: "all" as const,

@@ -1,40 +1,13 @@
 // Module entry: loadModel(dir, options, onProgress) -> Promise<NativeModel>.
 #include <string>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/metal/gpu_backend.h"
-#include "backends/metal/runtimes.h"
+#include "backends/registry.h"
 #include "core/error.h"
 #include "wraps.h"
 
 namespace moelens::binding {
 
 namespace {
-
-// The backends of this build: cpu, and the GPU runtimes gpu.cmake built (metal, cuda).
-std::vector<std::string> backend_names() {
-  std::vector<std::string> names = {"cpu"};
-#if defined(MOELENS_HAS_METAL)
-  names.push_back("metal");
-#endif
-#if defined(MOELENS_HAS_CUDA)
-  names.push_back("cuda");
-#endif
-  return names;
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& precision) {
-  cpu::Precision p;
-  if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8, int16 or int24)");
-  if (name == "cpu") return std::make_unique<CpuBackend>(threads, p);
-  if (p != cpu::Precision::F32) fail("precision '", precision, "' is a mode of the cpu backend, not of '", name, "'");
-  std::string all;
-  for (const std::string& n : backend_names()) {
-    if (n != "cpu" && n == name) return std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name));
-    all += (all.empty() ? "" : ", ") + n;
-  }
-  fail("unknown backend '", name, "' (this build has: ", all, ")");
-}
 
 class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
  public:
@@ -48,7 +21,7 @@ class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
 
   void Execute(const ExecutionProgress& progress) override {
     try {
-      model_ = Model::load(dir_, make_backend(backend_, threads_, precision_), [&](int done, int total) {
+      model_ = Model::load(dir_, make_backend(backend_, {threads_, precision_}), [&](int done, int total) {
         int32_t p[2] = {done, total};
         progress.Send(p, 2);
       });
@@ -75,7 +48,7 @@ class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
 Napi::Value LoadModel(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "loadModel(dir, options?, onProgress?): dir must be a string");
-  std::string backend = "cpu", precision = "fp32";
+  std::string backend = "cpu", precision;  // empty precision: the backend's default
   int threads = 0;
   if (info.Length() > 1 && info[1].IsObject()) {
     Napi::Object o = info[1].As<Napi::Object>();

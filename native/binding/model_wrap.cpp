@@ -72,8 +72,7 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
   const ModelWeights& w = model_->weights();
   o.Set("dir", model_->dir());
   o.Set("backend", model_->backend().name());
-  const auto* cpu_backend = dynamic_cast<const CpuBackend*>(&model_->backend());
-  o.Set("precision", cpu::precision_name(cpu_backend ? cpu_backend->precision() : cpu::Precision::F32));
+  o.Set("precision", model_->backend().precision_name());
   o.Set("layout", w.layout == CheckpointLayout::HF ? "hf" : "mlx");
   o.Set("weightBytes", Napi::Number::New(env, double(model_->weight_bytes())));
   o.Set("quantized", w.lm_head.quantized() || w.layers.empty() ? w.lm_head.quantized()

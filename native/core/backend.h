@@ -69,6 +69,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  // How activations enter the matmuls: "fp32" (exact) or a backend's faster mode (cpu: int24, int16,
+  // int8; gpu: fp16, tensor-core prefill).
+  virtual const char* precision_name() const { return "fp32"; }
 
   // Memory. New buffers are zero-filled.
   virtual std::unique_ptr<Buffer> alloc(ElemType type, size_t count) = 0;

@@ -23,9 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/metal/gpu_backend.h"
-#include "backends/metal/runtimes.h"
+#include "backends/gpu/gpu_backend.h"
+#include "backends/registry.h"
 #include "core/model.h"
 #include "core/session.h"
 
@@ -40,11 +39,6 @@ struct Options {
   int prompt = 256, decode = -1, warmup = 4, positions = 64;
   double peak_gbps = 4800;
 };
-
-std::unique_ptr<Backend> make(const std::string& name) {
-  if (name == "cpu") return std::make_unique<CpuBackend>(0);
-  return std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name));
-}
 
 int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); }
 
@@ -78,7 +72,7 @@ double bytes_per_token(const Model& m, int context) {
 int speed(const Options& o) {
   std::printf("loading %s on %s...\n", o.dirs[0].c_str(), o.backend.c_str());
   const auto t0 = Clock::now();
-  std::unique_ptr<Model> model = Model::load(o.dirs[0], make(o.backend));
+  std::unique_ptr<Model> model = Model::load(o.dirs[0], make_backend(o.backend));
   const ModelConfig& c = model->config();
   std::printf("loaded in %.1f s: %d layers, hidden %d, %d experts top-%d, vocab %d, %.2f GB of weights\n",
               seconds(t0, Clock::now()), c.num_layers, c.hidden_size, c.num_experts, c.experts_per_token, c.vocab_size,
@@ -173,8 +167,8 @@ void spread(const float* v, int n, double* sd, double* gap) {
 int agree(const Options& o) {
   int failures = 0;
   for (const std::string& dir : o.dirs) {
-    std::unique_ptr<Model> ref = Model::load(dir, make("cpu"));
-    std::unique_ptr<Model> dev = Model::load(dir, make(o.backend));
+    std::unique_ptr<Model> ref = Model::load(dir, make_backend("cpu"));
+    std::unique_ptr<Model> dev = Model::load(dir, make_backend(o.backend));
     const int V = ref->config().vocab_size;
     std::mt19937 rng(12345);
     std::vector<int32_t> ids(size_t(o.positions));

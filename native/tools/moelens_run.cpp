@@ -1,6 +1,6 @@
 // moelens-run: loads a checkpoint with the C++ core alone (no Node) and runs a prefill and a greedy
-// decode, printing one JSON line of timings. Used on machines without Node (the GPU machine) and by
-// benchmarks. Usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu]
+// decode, printing one JSON line of timings. Used where Node is not installed and by
+// benchmarks. Usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend NAME]
 // [--precision fp32|int8|int16|int24]
 #include <algorithm>
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/registry.h"
 #include "core/error.h"
 #include "core/session.h"
 
@@ -22,9 +23,15 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// Worker threads of a cpu backend (0 for the others).
+int threads_of(const Backend& b) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&b);
+  return cpu ? cpu->threads() : 0;
+}
+
 void usage() {
   std::fprintf(stderr,
-               "usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu] "
+               "usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend NAME] "
                "[--precision fp32|int8|int16|int24]\n");
 }
 
@@ -50,11 +57,8 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    if (backend != "cpu") fail("unknown backend '", backend, "'");
-    cpu::Precision p;
-    if (!cpu::parse_precision(precision, &p)) fail("unknown precision '", precision, "' (fp32, int8, int16 or int24)");
     auto t0 = Clock::now();
-    auto model = Model::load(dir, std::make_unique<CpuBackend>(threads, p));
+    auto model = Model::load(dir, make_backend(backend, {threads, precision}));
     double load_s = seconds_since(t0);
     const int vocab = model->config().vocab_size;
     // Lily's synthetic prompt: token i = ((i * 2654435761) mod 2^32) mod vocab.
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"backend\":\"%s\",\"precision\":\"%s\",\"threads\":%d,\"load_s\":%.3f,\"prompt_tokens\":%zu,\"prefill_tok_s\":%.2f,"
         "\"decode_tokens\":%d,\"decode_tok_s\":%.3f,\"tokens\":[%s]}\n",
-        model->backend().name(), precision.c_str(), static_cast<CpuBackend&>(model->backend()).threads(), load_s, ids.size(),
+        model->backend().name(), precision.c_str(), threads_of(model->backend()), load_s, ids.size(),
         double(ids.size()) / prefill_s, decode, decode > 0 ? decode / decode_s : 0.0, tokens.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moelens-run: %s\n", e.what());

@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   int threads() const { return pool_.size(); }
   cpu::Precision precision() const { return precision_; }
+  const char* precision_name() const override { return cpu::precision_name(precision_); }
   void set_precision(cpu::Precision p) { precision_ = p; }
 
   std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;

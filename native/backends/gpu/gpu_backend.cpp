@@ -1,0 +1,204 @@
+#include "gpu_backend.h"
+
+#include "call.h"
+
+namespace moelens::gpu {
+
+using shader::WeightDesc;
+
+// ---- buffers ----
+
+GpuBuffer::GpuBuffer(GpuBackend& owner, ElemType type, size_t count)
+    : Buffer(type, count), owner_(owner), device_(owner.runtime_->create(std::max<size_t>(16, count * 4))) {}
+
+GpuBuffer::~GpuBuffer() { owner_.release(device_); }
+
+void GpuBackend::release(DeviceBuffer* b) {
+  auto lock = enter();
+  if (pending_) graveyard_.push_back(b);  // recorded work may still use it
+  else runtime_->destroy(b);
+}
+
+// ---- recording ----
+
+bool parse_precision(const std::string& name, Precision* out) {
+  if (name == "fp32") *out = Precision::F32;
+  else if (name == "fp16") *out = Precision::F16;
+  else return false;
+  return true;
+}
+
+GpuBackend::GpuBackend(std::unique_ptr<Runtime> runtime, Precision precision)
+    : runtime_(std::move(runtime)), precision_(precision) {
+  dummy_ = std::make_unique<GpuBuffer>(*this, ElemType::F32, 4);
+}
+
+GpuBackend::~GpuBackend() {
+  try {
+    auto lock = enter();
+    if (pending_) finish_locked();
+  } catch (const std::exception&) {
+    // The work failed and nobody waits for its result; what matters now is freeing the buffers.
+  }
+  dummy_.reset();
+  moe_h_.reset();
+  moe_shared_h_.reset();
+  attn_ml_.reset();
+  attn_o_.reset();
+  attn_lse_.reset();
+  argmax_parts_.reset();
+}
+
+void GpuBackend::submit(const Dispatch& d) {
+  runtime_->dispatch(d);
+  pending_ = true;
+  ++dispatches_;
+  ++by_kernel_[size_t(d.kernel)];
+}
+
+void GpuBackend::finish_locked() {
+  runtime_->finish();
+  pending_ = false;
+  for (DeviceBuffer* b : graveyard_) runtime_->destroy(b);
+  graveyard_.clear();
+}
+
+void GpuBackend::synchronize() {
+  auto lock = enter();
+  if (pending_) finish_locked();
+}
+
+void GpuBackend::flush() {
+  auto lock = enter();
+  if (pending_) runtime_->submit();  // pending_ stays set: finish_locked() still waits for it
+}
+
+void GpuBackend::scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats) {
+  if (!slot || slot->count() < floats) slot = std::make_unique<GpuBuffer>(*this, ElemType::F32, floats);
+}
+
+// ---- memory ----
+
+std::unique_ptr<Buffer> GpuBackend::alloc(ElemType type, size_t count) {
+  auto lock = enter();
+  return std::make_unique<GpuBuffer>(*this, type, count);
+}
+
+std::unique_ptr<Buffer> GpuBackend::upload(const std::vector<float>& values) {
+  auto lock = enter();
+  auto b = std::make_unique<GpuBuffer>(*this, ElemType::F32, values.size());
+  write(View(b.get()), values.data(), values.size());
+  return b;
+}
+
+std::unique_ptr<Weight> GpuBackend::upload(const LinearWeight& w) {
+  auto lock = enter();
+  if (pending_) finish_locked();  // weights are written directly, which the Runtime allows only when idle
+  auto g = std::make_unique<GpuWeight>();
+  WeightDesc& d = g->desc;
+  const int64_t experts = std::max<int64_t>(1, w.experts);
+  g->experts = w.experts;
+  d.rows = u32(size_t(w.rows), "rows");
+  d.cols = u32(size_t(w.cols), "columns");
+  d.row_bytes = u32(w.row_bytes(), "row bytes");
+  if (d.row_bytes % 16 != 0)
+    fail(w.name, ": rows of ", d.row_bytes, " bytes; the GPU kernels read rows in 16-byte chunks");
+  if (w.quantized()) {
+    if (w.bits != 4 && w.bits != 8) fail(w.name, ": ", w.bits, "-bit weights; the GPU kernels take 4 and 8 bits");
+    const int chunk = w.bits == 4 ? 32 : 16;  // weights per 16-byte chunk: one chunk must lie in one group
+    if (w.group_size % chunk != 0)
+      fail(w.name, ": group size ", w.group_size, "; the GPU kernels need a multiple of ", chunk, " at ", w.bits, " bits");
+    d.format = w.bits == 4 ? WEIGHT_Q4 : WEIGHT_Q8;
+    d.group_size = u32(size_t(w.group_size), "group size");
+    const int words_per_group = w.group_size / (32 / w.bits);
+    if (words_per_group & (words_per_group - 1))
+      fail(w.name, ": group size ", w.group_size, "; the GPU kernels need a power of two");
+    for (d.group_shift = 0; (1 << d.group_shift) < words_per_group;) ++d.group_shift;
+    d.scale_row_bytes = u32((w.scale_row_bytes() + 3) / 4 * 4, "scale row bytes");  // rows padded to 4 bytes
+    switch (w.scale_dtype) {
+      case DType::BF16: d.scale_type = SCALE_BF16; break;
+      case DType::F16: d.scale_type = SCALE_F16; break;
+      case DType::F32: d.scale_type = SCALE_F32; break;
+      default: fail(w.name, ": scales of type ", dtype_name(w.scale_dtype), "; the GPU kernels take bf16, f16, f32");
+    }
+  } else {
+    switch (w.dtype) {
+      case DType::BF16: d.format = WEIGHT_BF16; break;
+      case DType::F16: d.format = WEIGHT_F16; break;
+      case DType::F32: d.format = WEIGHT_F32; break;
+      default: fail(w.name, ": dense weights of type ", dtype_name(w.dtype), "; the GPU kernels take bf16, f16, f32");
+    }
+  }
+  const size_t matrix_bytes = size_t(w.rows) * d.row_bytes;
+  g->data = std::make_unique<GpuBuffer>(*this, ElemType::I32, (size_t(experts) * matrix_bytes + 3) / 4);
+  for (int64_t e = 0; e < experts; ++e)
+    runtime_->write(g->data->device(), size_t(e) * matrix_bytes, w.data[size_t(e)], matrix_bytes);
+  if (w.quantized()) {
+    const size_t scale_bytes = size_t(w.rows) * d.scale_row_bytes, stored = w.scale_row_bytes();
+    g->scales = std::make_unique<GpuBuffer>(*this, ElemType::I32, size_t(experts) * scale_bytes / 4);
+    g->biases = std::make_unique<GpuBuffer>(*this, ElemType::I32, size_t(experts) * scale_bytes / 4);
+    std::vector<unsigned char> padded(stored == d.scale_row_bytes ? 0 : scale_bytes);
+    auto put = [&](GpuBuffer& dst, size_t at, const void* src) {  // one expert's rows, padded if needed
+      if (padded.empty()) return runtime_->write(dst.device(), at, src, scale_bytes);
+      for (int64_t r = 0; r < w.rows; ++r)
+        std::memcpy(&padded[size_t(r) * d.scale_row_bytes], static_cast<const unsigned char*>(src) + size_t(r) * stored, stored);
+      runtime_->write(dst.device(), at, padded.data(), scale_bytes);
+    };
+    for (int64_t e = 0; e < experts; ++e) {
+      put(*g->scales, size_t(e) * scale_bytes, w.scales[size_t(e)]);
+      put(*g->biases, size_t(e) * scale_bytes, w.biases[size_t(e)]);
+    }
+  }
+  return g;
+}
+
+void GpuBackend::write(View dst, const void* src, size_t count) {
+  auto lock = enter();
+  if (!count) return;
+  auto* b = static_cast<GpuBuffer*>(dst.buf);
+  if (!pending_) return runtime_->write(b->device(), dst.offset * 4, src, count * 4);
+  // Recorded work may still read dst: stage the data and copy it in order with that work.
+  GpuBuffer staging(*this, ElemType::F32, count);
+  runtime_->write(staging.device(), 0, src, count * 4);
+  copy(dst, View(&staging), count);
+}
+
+void GpuBackend::read(View src, void* dst, size_t count) {
+  auto lock = enter();
+  if (pending_) finish_locked();
+  if (count) runtime_->read(static_cast<GpuBuffer*>(src.buf)->device(), src.offset * 4, dst, count * 4);
+}
+
+void GpuBackend::copy(View dst, View src, size_t count) {
+  auto lock = enter();
+  if (dst.buf == src.buf && dst.offset < src.offset + count && src.offset < dst.offset + count && dst.offset != src.offset)
+    fail("gpu backend: copy between overlapping ranges of one buffer");
+  if (dst.buf == src.buf && dst.offset == src.offset) return;
+  shader::ElementwiseParams p{u32(count, "copy size"), 0.f, 0u};
+  Call(*this, k::copy_words::id).buf(k::copy_words::dst, dst).buf(k::copy_words::src, src).params(k::copy_words::p, p)
+      .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
+}
+
+void GpuBackend::fill(View dst, float value, size_t count) {
+  auto lock = enter();
+  shader::ElementwiseParams p{u32(count, "fill size"), 0.f, 0u};
+  std::memcpy(&p.value, &value, 4);
+  Call(*this, k::fill_words::id).buf(k::fill_words::dst, dst).params(k::fill_words::p, p)
+      .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
+}
+
+std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
+  std::unique_lock<std::recursive_mutex> lock(mu_);
+  flush_add();
+  return lock;
+}
+
+void GpuBackend::flush_add() {
+  if (!add_.active) return;
+  add_.active = false;
+  shader::ElementwiseParams p{u32(add_.count, "add size"), add_.scale, 0u};
+  Call(*this, k::add_scaled::id).buf(k::add_scaled::a, add_.a).buf(k::add_scaled::b, add_.b).params(k::add_scaled::p, p)
+      .grid(ceil_div(add_.count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
+}
+
+}  // namespace moelens::gpu

@@ -1,0 +1,128 @@
+// The GPU backend: the Backend interface implemented with the kernels of shaders/*.metal over a
+// Runtime (Metal, CUDA, or the CPU emulator). Activations and state are fp32, as in the CPU backend
+// (the reference) and as backend.h's buffers are; weights stay in their stored format (MLX 4/8-bit
+// or dense bf16/f16/f32) and are dequantised inside the kernels.
+//
+// Everything between two host reads is recorded into one submission (one Metal command buffer; one
+// CUDA stream segment, captured as a graph): write() during recording goes through a staging buffer
+// and a copy kernel, and buffers freed during recording live until the work is done.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../../core/backend.h"
+#include "kernels.h"
+#include "runtime.h"
+
+namespace moelens::gpu {
+
+class GpuBackend;
+
+class GpuBuffer final : public Buffer {
+ public:
+  GpuBuffer(GpuBackend& owner, ElemType type, size_t count);
+  ~GpuBuffer() override;
+  DeviceBuffer* device() const { return device_; }
+
+ private:
+  GpuBackend& owner_;
+  DeviceBuffer* device_;
+};
+
+class GpuWeight final : public Weight {
+ public:
+  shader::WeightDesc desc{};
+  int64_t experts = 0;
+  std::unique_ptr<GpuBuffer> data, scales, biases;  // scales/biases only when quantized
+};
+
+// How prefill chunks multiply: F16 (the default) runs chunks of at least PREFILL_MIN_TOKENS tokens
+// (shaders/params.h) on the tiled kernels: activations and dequantised weights enter the matrix units as
+// fp16, with fp32 accumulation. F32 runs every call on the exact fp32 kernels that decode uses.
+enum class Precision { F32, F16 };
+bool parse_precision(const std::string& name, Precision* out);  // "fp32", "fp16"
+
+class GpuBackend final : public Backend {
+ public:
+  explicit GpuBackend(std::unique_ptr<Runtime> runtime, Precision precision = Precision::F16);
+  ~GpuBackend() override;
+  const char* name() const override { return runtime_->name(); }
+  const char* precision_name() const override { return precision_ == Precision::F16 ? "fp16" : "fp32"; }
+  // Whether a call of n tokens runs on the tiled prefill kernels.
+  bool tiled(int n) const { return precision_ == Precision::F16 && n >= int(PREFILL_MIN_TOKENS); }
+  Runtime& runtime() { return *runtime_; }
+
+  std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;
+  std::unique_ptr<Buffer> upload(const std::vector<float>& values) override;
+  std::unique_ptr<Weight> upload(const LinearWeight& w) override;
+  void write(View dst, const void* src, size_t count) override;
+  void read(View src, void* dst, size_t count) override;
+  void copy(View dst, View src, size_t count) override;
+  void fill(View dst, float value, size_t count) override;
+  void synchronize() override;
+  void flush() override;
+
+  void embed(const Weight& table, View ids, int n, View out) override;
+  void rms_norm(View x, View weight, int rows, int dim, float eps, View out) override;
+  void add(View a, View b, size_t count, float scale) override;
+  void scale(View x, float scale, size_t count) override;
+  void matmul(const Weight& w, View x, int n, View out) override;
+  void matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) override;
+
+  void conv_silu(View x, View state, View weights, int n, int channels, int kernel, View out) override;
+  void deltanet(View qkv, View b, View a, View A_log, View dt_bias, View state, int n, const DeltaNetShape& s,
+                View out, const DeltaNetTrace& trace) override;
+  void gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) override;
+
+  void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s, View q,
+                      View gate) override;
+  void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
+                 View probs, View gate) override;
+
+  void route(View logits, View bias, int n, int experts, int k, bool renormalize, View ids, View weights,
+             View probs) override;
+  void moe_experts(const Weight& gate, const Weight& up, const Weight& down, View x, View ids, View weights, int n,
+                   int k, View out, const SharedExpert& shared) override;
+  void argmax(View logits, int rows, int vocab, View ids) override;
+
+  // Kernel launches recorded since this backend was made, in all and by kernels::Id (for reports:
+  // launches per token; and for the kernel tests: which kernels a case ran).
+  uint64_t dispatch_count() const { return dispatches_; }
+  const std::vector<uint64_t>& dispatches_by_kernel() const { return by_kernel_; }
+
+ private:
+  friend class GpuBuffer;
+  class Call;
+  // Locks the backend and dispatches a deferred add (every call but add() and rms_norm() starts here).
+  std::unique_lock<std::recursive_mutex> enter();
+  void flush_add();
+  void submit(const Dispatch& d);
+  void release(DeviceBuffer* b);
+  void finish_locked();
+  void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
+  void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
+
+  std::unique_ptr<Runtime> runtime_;
+  Precision precision_;
+  std::recursive_mutex mu_;
+  bool pending_ = false;                       // work recorded since the last finish
+  std::vector<DeviceBuffer*> graveyard_;       // freed while pending; destroyed after the finish
+  std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
+  // internal scratch, grown on demand
+  std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
+  // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
+  // session's residual add then the next norm), both run as one add_rms_norm launch.
+  struct PendingAdd {
+    View a, b;
+    size_t count = 0;
+    float scale = 1.0f;
+    bool active = false;
+  } add_;
+  uint64_t dispatches_ = 0;
+  std::vector<uint64_t> by_kernel_ = std::vector<uint64_t>(kernels::kCount, 0);
+};
+
+}  // namespace moelens::gpu

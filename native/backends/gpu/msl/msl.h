@@ -1,0 +1,565 @@
+// The portable subset of the Metal Shading Language, for the kernels msl-translate writes from
+// shaders/*.metal: one header, two targets.
+//
+// - The CPU emulator (plain C++): every GPU thread runs as a fiber; fibers switch only at threadgroup
+//   barriers and simdgroup collectives, where the scheduler (emulator/emulator.cpp) checks that every
+//   thread of the threadgroup (barriers) or all 32 lanes of the simdgroup (collectives) arrive at the
+//   same call site. With clang and MOELENS_MSL_STRICT, `device`, `constant` and `threadgroup` are
+//   distinct address spaces, so mixing them up is a compile error as with Apple's compiler; otherwise
+//   (g++) they are plain qualifiers.
+// - CUDA (nvcc): address spaces are gone (msl-translate rewrote them; pointers are generic),
+//   threadgroup arrays are __shared__, threadgroup_barrier is __syncthreads, simd collectives are
+//   full-mask warp shuffles (the subset requires all 32 lanes to reach them, which is what makes this
+//   mapping valid), and the builtins come from threadIdx/blockIdx.
+//
+// What both targets share is written once below; each target section holds only what differs.
+#pragma once
+
+#if defined(__CUDACC__)
+#define MSL_TARGET_CUDA 1
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+// A function of the MSL library: device code in CUDA, plain C++ in the emulator.
+#define MSL_FN __device__ inline
+#define MSL_HOST_FN __host__ __device__ inline
+#else
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+#include "../../../core/dtype.h"
+#include "../launch.h"
+#define MSL_FN inline
+#define MSL_HOST_FN inline
+#endif
+
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef unsigned char uchar;
+typedef unsigned long ulong;
+static_assert(sizeof(ulong) == 8, "MSL's ulong is 64-bit");
+
+#ifndef MAXFLOAT
+#define MAXFLOAT 3.402823466e+38f
+#endif
+
+#if defined(MSL_TARGET_CUDA)
+typedef __half half;
+#else
+// ---- address spaces ----
+#if defined(MOELENS_MSL_STRICT)
+#if !defined(__clang__)
+#error "MOELENS_MSL_STRICT needs clang (address_space attributes)"
+#endif
+#define MSL_AS_DEVICE __attribute__((address_space(1)))
+#define MSL_AS_CONSTANT __attribute__((address_space(2)))
+#define MSL_AS_THREADGROUP __attribute__((address_space(3)))
+#else
+#define MSL_AS_DEVICE
+#define MSL_AS_CONSTANT
+#define MSL_AS_THREADGROUP
+#endif
+
+// ---- scalar and vector types ----
+
+struct half {
+  uint16_t bits = 0;
+  half() = default;
+  half(float f) : bits(from_float(f)) {}
+  explicit operator float() const { return to_float(bits); }
+
+  static float to_float(uint16_t h) { return moelens::f16_to_f32(h); }
+  static uint16_t from_float(float f) {  // round to nearest even
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to infinity
+    if (a < 0x38800000u) {  // subnormal or zero in half
+      if (a < 0x33000000u) return sign;
+      const uint32_t man = (a & 0x7fffffu) | 0x800000u;  // value = man * 2^(e-150); unit 2^-24
+      const int shift = 126 - int(a >> 23);
+      uint32_t v = man >> shift;
+      const uint32_t rem = man & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+      if (rem > halfway || (rem == halfway && (v & 1u))) ++v;
+      return uint16_t(sign | v);
+    }
+    uint32_t v = ((a >> 23) - 127 + 15) << 10 | ((a >> 13) & 0x3ffu);
+    const uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (v & 1u))) ++v;
+    return uint16_t(sign | v);
+  }
+};
+
+namespace msl_emu {
+// A vector read from or written through a misaligned address (fine on x86, a fault or garbage on a GPU).
+[[noreturn]] void misaligned_vector(uintptr_t address, size_t alignment);
+}  // namespace msl_emu
+
+// MSL vectors: 2 components aligned to 2 elements, 3 and 4 components to 4 (float3 is 16 bytes).
+// Copies check the source's alignment: a cast of a misaligned device pointer to a vector type is an
+// error here, as it is on a GPU.
+template <class T, int N>
+struct msl_vec;
+
+#define MSL_VEC_COMMON(N)                                                                        \
+  msl_vec() = default;                                                                         \
+  T& operator[](int i) { return (&x)[i]; }                                                     \
+  const T& operator[](int i) const { return (&x)[i]; }                                         \
+  friend msl_vec operator+(msl_vec a, const msl_vec& b) { for (int i = 0; i < N; ++i) a[i] += b[i]; return a; } \
+  friend msl_vec operator-(msl_vec a, const msl_vec& b) { for (int i = 0; i < N; ++i) a[i] -= b[i]; return a; } \
+  friend msl_vec operator*(msl_vec a, const msl_vec& b) { for (int i = 0; i < N; ++i) a[i] *= b[i]; return a; } \
+  friend msl_vec operator/(msl_vec a, const msl_vec& b) { for (int i = 0; i < N; ++i) a[i] /= b[i]; return a; } \
+  friend msl_vec operator*(msl_vec a, T s) { for (int i = 0; i < N; ++i) a[i] *= s; return a; }               \
+  friend msl_vec operator*(T s, msl_vec a) { for (int i = 0; i < N; ++i) a[i] *= s; return a; }               \
+  msl_vec& operator+=(const msl_vec& b) { return *this = *this + b; }                          \
+  msl_vec& operator-=(const msl_vec& b) { return *this = *this - b; }                          \
+  msl_vec& operator*=(const msl_vec& b) { return *this = *this * b; }                          \
+  msl_vec(const msl_vec& o) { copy_from(reinterpret_cast<uintptr_t>(&o), &o.x); }               \
+  msl_vec& operator=(const msl_vec& o) { copy_from(reinterpret_cast<uintptr_t>(&o), &o.x); return *this; } \
+  void copy_from(uintptr_t address, const T* src) {                                              \
+    if (address % alignof(msl_vec) != 0) msl_emu::misaligned_vector(address, alignof(msl_vec));  \
+    for (int i = 0; i < N; ++i) (&x)[i] = src[i];                                                \
+  }                                                                                              \
+  MSL_VEC_AS_COPY(N)
+
+#if defined(MOELENS_MSL_STRICT)
+// Loading a vector from device, constant or threadgroup memory copies across address spaces.
+#define MSL_VEC_AS_COPY(N)                                                                                     \
+  msl_vec(const MSL_AS_DEVICE msl_vec& o) { copy_from((uintptr_t)&o, (const T*)&o.x); }                       \
+  msl_vec(const MSL_AS_CONSTANT msl_vec& o) { copy_from((uintptr_t)&o, (const T*)&o.x); }                     \
+  msl_vec(const MSL_AS_THREADGROUP msl_vec& o) { copy_from((uintptr_t)&o, (const T*)&o.x); }
+#else
+#define MSL_VEC_AS_COPY(N)
+#endif
+
+template <class T>
+struct alignas(2 * sizeof(T)) msl_vec<T, 2> {
+  T x, y;
+  msl_vec(T s) : x(s), y(s) {}
+  msl_vec(T a, T b) : x(a), y(b) {}
+  MSL_VEC_COMMON(2)
+};
+template <class T>
+struct alignas(4 * sizeof(T)) msl_vec<T, 3> {
+  T x, y, z;
+  msl_vec(T s) : x(s), y(s), z(s) {}
+  msl_vec(T a, T b, T c) : x(a), y(b), z(c) {}
+  msl_vec<T, 2> xy() const { return {x, y}; }
+  MSL_VEC_COMMON(3)
+};
+template <class T>
+struct alignas(4 * sizeof(T)) msl_vec<T, 4> {
+  T x, y, z, w;
+  msl_vec(T s) : x(s), y(s), z(s), w(s) {}
+  msl_vec(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}
+  msl_vec<T, 2> xy() const { return {x, y}; }
+  msl_vec<T, 3> xyz() const { return {x, y, z}; }
+  MSL_VEC_COMMON(4)
+};
+
+using float2 = msl_vec<float, 2>;
+using float3 = msl_vec<float, 3>;
+using float4 = msl_vec<float, 4>;
+using int2 = msl_vec<int, 2>;
+using int3 = msl_vec<int, 3>;
+using int4 = msl_vec<int, 4>;
+using uint2 = msl_vec<uint, 2>;
+using uint3 = msl_vec<uint, 3>;
+using uint4 = msl_vec<uint, 4>;
+using ushort2 = msl_vec<ushort, 2>;
+using ushort3 = msl_vec<ushort, 3>;
+using ushort4 = msl_vec<ushort, 4>;
+using uchar4 = msl_vec<uchar, 4>;
+static_assert(sizeof(float3) == 16 && sizeof(uint4) == 16 && alignof(uint4) == 16, "MSL vector layout");
+
+// ---- the emulator's scheduler interface (emulator.cpp) ----
+namespace msl_emu {
+
+enum class SimdOp : int { Sum, Product, Min, Max, And, Or, Xor, Shuffle, ShuffleDown, ShuffleUp, ShuffleXor, Broadcast,
+                          PrefixExclusiveSum, PrefixInclusiveSum, All, Any, Barrier };
+enum class ValueType : int { F32, I32, U32 };
+
+// Suspends the calling GPU thread until its simdgroup's 32 lanes reach this collective; returns this
+// lane's result. `value` holds the 32-bit pattern of the argument.
+uint32_t simd_collective(SimdOp op, ValueType type, uint32_t value, uint32_t arg, int line, const char* file);
+// Suspends the calling GPU thread until every thread of its threadgroup reaches this barrier.
+void threadgroup_barrier_at(int line, const char* file);
+// The threadgroup's allocation for the threadgroup variable `site` of the running kernel: NaN-poisoned
+// (all bits set) when the threadgroup starts, 32 KiB in all.
+void* threadgroup_alloc_bytes(int site, size_t bytes, size_t align);
+
+template <class T>
+MSL_AS_THREADGROUP T* threadgroup_alloc(int site) {
+  return (MSL_AS_THREADGROUP T*)threadgroup_alloc_bytes(site, sizeof(T), alignof(T));
+}
+
+struct ThreadIds {
+  uint3 thread_position_in_grid, threadgroup_position_in_grid, thread_position_in_threadgroup, threads_per_threadgroup,
+      threadgroups_per_grid, threads_per_grid;
+  uint thread_index_in_threadgroup, simdgroup_index_in_threadgroup, thread_index_in_simdgroup,
+      simdgroups_per_threadgroup, threads_per_simdgroup;
+};
+
+// Runs every thread of the launch; throws msl_emu::Error naming the kernel, threadgroup and thread on
+// a barrier or collective not reached uniformly, a deadlock, or threadgroup memory over 32 KiB.
+void run(const moelens::gpu::KernelLaunch& launch, const char* kernel, const std::function<void(const ThreadIds&)>& thread);
+
+template <class T>
+T device_ptr(void* p) {
+  return (T)p;
+}
+template <class T>
+const MSL_AS_CONSTANT T& params_ref(const void* p) {
+  return *(const MSL_AS_CONSTANT T*)p;
+}
+
+template <class T>
+T builtin(const uint3& v);
+template <class T>
+T builtin(uint v);
+template <> inline uint builtin<uint>(uint v) { return v; }
+template <> inline ushort builtin<ushort>(uint v) { return ushort(v); }
+template <> inline uint builtin<uint>(const uint3& v) { return v.x; }
+template <> inline ushort builtin<ushort>(const uint3& v) { return ushort(v.x); }
+template <> inline uint2 builtin<uint2>(const uint3& v) { return uint2(v.x, v.y); }
+template <> inline uint3 builtin<uint3>(const uint3& v) { return v; }
+template <> inline ushort2 builtin<ushort2>(const uint3& v) { return ushort2(ushort(v.x), ushort(v.y)); }
+template <> inline ushort3 builtin<ushort3>(const uint3& v) { return ushort3(ushort(v.x), ushort(v.y), ushort(v.z)); }
+
+template <class T>
+constexpr ValueType value_type() {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, int>::value || std::is_same<T, uint>::value,
+                "simd collectives take float, int or uint");
+  return std::is_same<T, float>::value ? ValueType::F32 : std::is_same<T, int>::value ? ValueType::I32 : ValueType::U32;
+}
+template <class T>
+uint32_t to_bits(T v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+template <class T>
+T from_bits(uint32_t b) {
+  T v;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+template <class T>
+T collective(SimdOp op, T v, uint32_t arg, int line, const char* file) {
+  return from_bits<T>(simd_collective(op, value_type<T>(), to_bits(v), arg, line, file));
+}
+
+}  // namespace msl_emu
+#endif  // the emulator's types and scheduler
+
+namespace metal {
+
+enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
+MSL_HOST_FN mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
+
+#if defined(MSL_TARGET_CUDA)
+MSL_FN void threadgroup_barrier(mem_flags) { __syncthreads(); }
+MSL_FN void simdgroup_barrier(mem_flags) { __syncwarp(); }
+
+template <class T, class U>
+MSL_FN T as_type(U v) {
+  static_assert(sizeof(T) == sizeof(U), "as_type needs equal sizes");
+  T t;
+  memcpy(&t, &v, sizeof(T));
+  return t;
+}
+template <>
+MSL_FN half as_type<half, ushort>(ushort v) {
+  return __ushort_as_half(v);
+}
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <class T>
+MSL_FN T simd_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+template <class T>
+MSL_FN T simd_product(T v) {
+  for (int o = 16; o > 0; o >>= 1) v *= __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+template <class T>
+MSL_FN T simd_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+template <class T>
+MSL_FN T simd_min(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+template <class T>
+MSL_FN T simd_prefix_inclusive_sum(T v) {
+  const int lane = threadIdx.x & 31;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T u = __shfl_up_sync(kFullMask, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+template <class T>
+MSL_FN T simd_prefix_exclusive_sum(T v) {
+  return simd_prefix_inclusive_sum(v) - v;
+}
+template <class T>
+MSL_FN T simd_shuffle(T v, ushort lane) {
+  return __shfl_sync(kFullMask, v, lane);
+}
+template <class T>
+MSL_FN T simd_shuffle_down(T v, ushort delta) {
+  return __shfl_down_sync(kFullMask, v, delta);
+}
+template <class T>
+MSL_FN T simd_shuffle_up(T v, ushort delta) {
+  return __shfl_up_sync(kFullMask, v, delta);
+}
+template <class T>
+MSL_FN T simd_shuffle_xor(T v, ushort mask) {
+  return __shfl_xor_sync(kFullMask, v, mask);
+}
+template <class T>
+MSL_FN T simd_broadcast(T v, ushort lane) {
+  return __shfl_sync(kFullMask, v, lane);
+}
+template <class T>
+MSL_FN T simd_broadcast_first(T v) {
+  return __shfl_sync(kFullMask, v, 0);
+}
+MSL_FN bool simd_all(bool v) { return __all_sync(kFullMask, v); }
+MSL_FN bool simd_any(bool v) { return __any_sync(kFullMask, v); }
+
+MSL_FN float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+MSL_FN int clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
+MSL_FN uint clamp(uint x, uint lo, uint hi) { return min(max(x, lo), hi); }
+
+// precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
+namespace precise {
+MSL_FN float exp(float x) { return ::expf(x); }
+MSL_FN float log(float x) { return ::logf(x); }
+MSL_FN float sqrt(float x) { return ::sqrtf(x); }
+MSL_FN float rsqrt(float x) { return ::rsqrtf(x); }
+MSL_FN float sin(float x) { return ::sinf(x); }
+MSL_FN float cos(float x) { return ::cosf(x); }
+MSL_FN float tanh(float x) { return ::tanhf(x); }
+MSL_FN float pow(float x, float y) { return ::powf(x, y); }
+}  // namespace precise
+namespace fast {
+MSL_FN float exp(float x) { return __expf(x); }
+MSL_FN float log(float x) { return __logf(x); }
+MSL_FN float sqrt(float x) { return ::sqrtf(x); }
+MSL_FN float rsqrt(float x) { return ::rsqrtf(x); }
+MSL_FN float sin(float x) { return __sinf(x); }
+MSL_FN float cos(float x) { return __cosf(x); }
+MSL_FN float tanh(float x) { return ::tanhf(x); }
+MSL_FN float pow(float x, float y) { return __powf(x, y); }
+}  // namespace fast
+#else
+inline void threadgroup_barrier(mem_flags, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  msl_emu::threadgroup_barrier_at(line, file);
+}
+inline void simdgroup_barrier(mem_flags, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  msl_emu::collective<uint>(msl_emu::SimdOp::Barrier, 0u, 0u, line, file);
+}
+
+#define MSL_SIMD_REDUCE(fn, op)                                                                         \
+  inline float fn(float v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {       \
+    return msl_emu::collective<float>(msl_emu::SimdOp::op, v, 0u, line, file);                        \
+  }                                                                                                   \
+  inline int fn(int v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {           \
+    return msl_emu::collective<int>(msl_emu::SimdOp::op, v, 0u, line, file);                          \
+  }                                                                                                   \
+  inline uint fn(uint v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {         \
+    return msl_emu::collective<uint>(msl_emu::SimdOp::op, v, 0u, line, file);                         \
+  }
+MSL_SIMD_REDUCE(simd_sum, Sum)
+MSL_SIMD_REDUCE(simd_product, Product)
+MSL_SIMD_REDUCE(simd_min, Min)
+MSL_SIMD_REDUCE(simd_max, Max)
+MSL_SIMD_REDUCE(simd_prefix_exclusive_sum, PrefixExclusiveSum)
+MSL_SIMD_REDUCE(simd_prefix_inclusive_sum, PrefixInclusiveSum)
+MSL_SIMD_REDUCE(simd_broadcast_first, Broadcast)
+#undef MSL_SIMD_REDUCE
+inline int simd_and(int v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<int>(msl_emu::SimdOp::And, v, 0u, line, file);
+}
+inline uint simd_and(uint v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<uint>(msl_emu::SimdOp::And, v, 0u, line, file);
+}
+inline int simd_or(int v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<int>(msl_emu::SimdOp::Or, v, 0u, line, file);
+}
+inline uint simd_or(uint v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<uint>(msl_emu::SimdOp::Or, v, 0u, line, file);
+}
+inline int simd_xor(int v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<int>(msl_emu::SimdOp::Xor, v, 0u, line, file);
+}
+inline uint simd_xor(uint v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<uint>(msl_emu::SimdOp::Xor, v, 0u, line, file);
+}
+
+#define MSL_SIMD_MOVE(fn, op)                                                                                    \
+  inline float fn(float v, ushort arg, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {     \
+    return msl_emu::collective<float>(msl_emu::SimdOp::op, v, arg, line, file);                                 \
+  }                                                                                                             \
+  inline int fn(int v, ushort arg, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {         \
+    return msl_emu::collective<int>(msl_emu::SimdOp::op, v, arg, line, file);                                   \
+  }                                                                                                             \
+  inline uint fn(uint v, ushort arg, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {       \
+    return msl_emu::collective<uint>(msl_emu::SimdOp::op, v, arg, line, file);                                  \
+  }
+MSL_SIMD_MOVE(simd_shuffle, Shuffle)
+MSL_SIMD_MOVE(simd_shuffle_down, ShuffleDown)
+MSL_SIMD_MOVE(simd_shuffle_up, ShuffleUp)
+MSL_SIMD_MOVE(simd_shuffle_xor, ShuffleXor)
+MSL_SIMD_MOVE(simd_broadcast, Broadcast)
+#undef MSL_SIMD_MOVE
+inline bool simd_all(bool v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<uint>(msl_emu::SimdOp::All, v ? 1u : 0u, 0u, line, file) != 0u;
+}
+inline bool simd_any(bool v, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  return msl_emu::collective<uint>(msl_emu::SimdOp::Any, v ? 1u : 0u, 0u, line, file) != 0u;
+}
+
+template <class T, class U>
+T as_type(U v) {
+  static_assert(sizeof(T) == sizeof(U), "as_type needs equal sizes");
+  T t;
+  std::memcpy(static_cast<void*>(&t), &v, sizeof(T));
+  return t;
+}
+
+// Math on scalars (non-template overloads, so that threadgroup/device lvalues convert as in MSL).
+#define MSL_MATH1(fn, impl) \
+  inline float fn(float x) { return impl(x); }
+#define MSL_MATH_ALL                        \
+  MSL_MATH1(exp, std::exp)                  \
+  MSL_MATH1(exp2, std::exp2)                \
+  MSL_MATH1(log, std::log)                  \
+  MSL_MATH1(log2, std::log2)                \
+  MSL_MATH1(sqrt, std::sqrt)                \
+  MSL_MATH1(sin, std::sin)                  \
+  MSL_MATH1(cos, std::cos)                  \
+  MSL_MATH1(tan, std::tan)                  \
+  MSL_MATH1(tanh, std::tanh)                \
+  MSL_MATH1(floor, std::floor)              \
+  MSL_MATH1(ceil, std::ceil)                \
+  MSL_MATH1(round, std::round)              \
+  MSL_MATH1(trunc, std::trunc)              \
+  MSL_MATH1(fabs, std::fabs)                \
+  inline float rsqrt(float x) { return 1.0f / std::sqrt(x); } \
+  inline float pow(float x, float y) { return std::pow(x, y); } \
+  inline float powr(float x, float y) { return std::pow(x, y); } \
+  inline float fmin(float a, float b) { return std::fmin(a, b); } \
+  inline float fmax(float a, float b) { return std::fmax(a, b); } \
+  inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
+MSL_MATH_ALL
+namespace precise {
+MSL_MATH_ALL
+}
+namespace fast {
+MSL_MATH_ALL
+}
+#undef MSL_MATH_ALL
+#undef MSL_MATH1
+
+inline float abs(float x) { return std::fabs(x); }
+inline int abs(int x) { return x < 0 ? -x : x; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline uint min(uint a, uint b) { return a < b ? a : b; }
+inline uint max(uint a, uint b) { return a > b ? a : b; }
+inline float clamp(float x, float lo, float hi) { return min(max(x, lo), hi); }
+inline int clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
+inline uint clamp(uint x, uint lo, uint hi) { return min(max(x, lo), hi); }
+inline float sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f; }
+inline bool isnan(float x) { return std::isnan(x); }
+inline bool isinf(float x) { return std::isinf(x); }
+inline bool isfinite(float x) { return std::isfinite(x); }
+inline bool signbit(float x) { return std::signbit(x); }
+#endif
+
+MSL_FN float select(float a, float b, bool c) { return c ? b : a; }
+MSL_FN int select(int a, int b, bool c) { return c ? b : a; }
+MSL_FN uint select(uint a, uint b, bool c) { return c ? b : a; }
+MSL_FN float mix(float a, float b, float t) { return a + (b - a) * t; }
+
+}  // namespace metal
+
+#if defined(MSL_TARGET_CUDA)
+namespace msl_cuda {
+
+MSL_FN uint linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+MSL_FN uint3 thread_position_in_grid() {
+  return make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y,
+                    blockIdx.z * blockDim.z + threadIdx.z);
+}
+MSL_FN uint3 threadgroup_position_in_grid() { return blockIdx; }
+MSL_FN uint3 thread_position_in_threadgroup() { return threadIdx; }
+MSL_FN uint3 threads_per_threadgroup() { return make_uint3(blockDim.x, blockDim.y, blockDim.z); }
+MSL_FN uint3 threadgroups_per_grid() { return make_uint3(gridDim.x, gridDim.y, gridDim.z); }
+MSL_FN uint3 threads_per_grid() {
+  return make_uint3(gridDim.x * blockDim.x, gridDim.y * blockDim.y, gridDim.z * blockDim.z);
+}
+MSL_FN uint thread_index_in_threadgroup() { return linear_thread(); }
+MSL_FN uint simdgroup_index_in_threadgroup() { return linear_thread() / 32u; }
+MSL_FN uint thread_index_in_simdgroup() { return linear_thread() % 32u; }
+MSL_FN uint simdgroups_per_threadgroup() { return (blockDim.x * blockDim.y * blockDim.z + 31u) / 32u; }
+MSL_FN uint threads_per_simdgroup() { return 32u; }
+
+// Every kernel starts here. Launched as a programmatic dependent of the previous kernel (the runtime's
+// default, Hopper and later), a kernel's blocks may start before that kernel has finished: they wait
+// here until it has, and its writes are visible. Then they let the next kernel launch, so that its
+// launch latency overlaps this kernel's work (at most two kernels in flight). Launched plainly, both
+// are no-ops.
+MSL_FN void await_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+template <class T>
+MSL_FN T builtin(uint3 v);
+template <class T>
+MSL_FN T builtin(uint v);
+template <>
+MSL_FN uint builtin<uint>(uint v) { return v; }
+template <>
+MSL_FN ushort builtin<ushort>(uint v) { return ushort(v); }
+template <>
+MSL_FN uint builtin<uint>(uint3 v) { return v.x; }
+template <>
+MSL_FN ushort builtin<ushort>(uint3 v) { return ushort(v.x); }
+template <>
+MSL_FN uint2 builtin<uint2>(uint3 v) { return make_uint2(v.x, v.y); }
+template <>
+MSL_FN uint3 builtin<uint3>(uint3 v) { return v; }
+
+}  // namespace msl_cuda
+#else
+
+// The MSL keywords, as macros over the address spaces; msl_end.h removes them after the shader text.
+#define device MSL_AS_DEVICE
+#define constant const MSL_AS_CONSTANT
+#define threadgroup MSL_AS_THREADGROUP
+#define thread
+#endif

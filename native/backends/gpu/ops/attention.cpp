@@ -1,0 +1,68 @@
+// Gated attention: q/k norm with partial RoPE, and causal GQA attention (split-K partials, then a combine).
+#include <algorithm>
+#include <cmath>
+
+#include "../call.h"
+
+namespace moelens::gpu {
+
+namespace {
+// Partial results of one attention launch stay below this many floats (longer prefills are split).
+constexpr size_t kMaxAttentionPartialFloats = size_t(8) << 20;
+}  // namespace
+
+void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
+                                View q, View gate) {
+  auto lock = enter();
+  if (s.rotary_dim % 2 != 0 || s.rotary_dim > s.head_dim) fail("gpu backend: rotary_dim ", s.rotary_dim, " for head_dim ", s.head_dim);
+  shader::AttentionPrepParams p{u32(size_t(n), "tokens"), u32(size_t(pos0), "position"), uint32_t(s.heads),
+                                uint32_t(s.kv_heads), uint32_t(s.head_dim), uint32_t(s.rotary_dim), s.gated ? 1u : 0u,
+                                s.rope_theta, s.eps};
+  namespace a = k::attention_prep;
+  Call(*this, a::id).buf(a::qg, qg).buf(a::k, kv).buf(a::q_norm, q_norm).buf(a::k_norm, k_norm).buf(a::q, q)
+      .opt(a::gate, s.gated ? gate : View()).params(a::p, p).grid(p.heads + p.kv_heads, p.n).threads(32).run();
+}
+
+void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
+                           View probs, View gate) {
+  auto lock = enter();
+  const size_t H = size_t(s.heads), D = size_t(s.head_dim);
+  if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) fail("gpu backend: attention heads not a multiple of KV heads");
+  const size_t G = H / size_t(s.kv_heads);
+  if (G > ATTN_MAX_GROUP || G * D > ATTN_MAX_QUERY_FLOATS)
+    fail("gpu backend: ", G, " query heads of dim ", D, " per KV head exceed the attention kernel's threadgroup memory");
+  const size_t total = size_t(pos0) + size_t(n);
+  shader::AttentionParams p{};
+  p.n_call = u32(size_t(n), "tokens");
+  p.pos0 = u32(size_t(pos0), "position");
+  p.heads = uint32_t(s.heads);
+  p.kv_heads = uint32_t(s.kv_heads);
+  p.head_dim = uint32_t(s.head_dim);
+  p.scale = 1.0f / std::sqrt(float(s.head_dim));
+  p.gated = gate ? 1u : 0u;
+  const size_t chunks_all = (total + ATTN_CHUNK - 1) / ATTN_CHUNK;
+  const size_t per_token = H * chunks_all * (D + 2);
+  const size_t block = std::max<size_t>(1, std::min<size_t>(size_t(n), kMaxAttentionPartialFloats / per_token));
+  scratch(attn_ml_, block * H * chunks_all * 2);
+  scratch(attn_o_, block * H * chunks_all * D);
+  scratch(attn_lse_, block * H);
+  for (size_t t0 = 0; t0 < size_t(n); t0 += block) {
+    p.t0 = uint32_t(t0);
+    p.n = uint32_t(std::min(block, size_t(n) - t0));
+    p.chunks = ceil_div(size_t(pos0) + t0 + p.n, ATTN_CHUNK);
+    namespace ap = k::attention_partial;
+    Call(*this, ap::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
+        .buf(ap::part_ml, attn_ml_.get()).buf(ap::part_o, attn_o_.get()).params(ap::p, p)
+        .grid(p.chunks, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
+    namespace ac = k::attention_combine;
+    Call(*this, ac::id).buf(ac::part_ml, attn_ml_.get()).buf(ac::part_o, attn_o_.get()).buf(ac::out, out)
+        .buf(ac::lse, attn_lse_.get()).opt(ac::gate, gate).params(ac::p, p).grid(p.heads, p.n).threads(REDUCE_THREADS).run();
+    if (probs) {
+      namespace pr = k::attention_probs;
+      Call(*this, pr::id).buf(pr::q, q).buf(pr::k_cache, k_cache).buf(pr::lse, attn_lse_.get()).buf(pr::probs, probs)
+          .params(pr::p, p).grid(ceil_div(total, ATTN_CHUNK), p.heads, p.n).threads(REDUCE_THREADS).run();
+    }
+  }
+}
+
+}  // namespace moelens::gpu

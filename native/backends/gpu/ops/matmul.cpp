@@ -1,0 +1,52 @@
+// Matrix products with stored weights: matmul and fused groups of matmuls of one input.
+#include <algorithm>
+#include <cmath>
+
+#include "../call.h"
+
+namespace moelens::gpu {
+
+void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
+  shader::GemvParams p{};
+  p.jobs = u32(count, "jobs");
+  p.n = u32(size_t(n), "tokens");
+  Call call(*this, k::gemv::id);
+  const int w_at[] = {k::gemv::w0, k::gemv::w1, k::gemv::w2, k::gemv::w3};
+  const int s_at[] = {k::gemv::s0, k::gemv::s1, k::gemv::s2, k::gemv::s3};
+  const int b_at[] = {k::gemv::b0, k::gemv::b1, k::gemv::b2, k::gemv::b3};
+  const int o_at[] = {k::gemv::out0, k::gemv::out1, k::gemv::out2, k::gemv::out3};
+  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) {
+    if (j >= count) {  // unused slots: bound, never read
+      call.buf(w_at[j], nullptr).buf(s_at[j], nullptr).buf(b_at[j], nullptr).buf(o_at[j], nullptr);
+      continue;
+    }
+    const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
+    if (w.experts) fail("gpu backend: matmul of an expert stack");
+    if (j > 0 && w.desc.cols != p.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
+    p.w[j] = w.desc;
+    p.cols = w.desc.cols;
+    p.first_block[j] = p.total_blocks;
+    p.total_blocks += ceil_div(w.desc.rows, GEMV_ROWS);
+    call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
+  }
+  p.x_vec4 = x.offset % 4 == 0 && p.cols % 4 == 0 ? 1u : 0u;
+  size_t min_row_words = SIZE_MAX;
+  for (size_t j = 0; j < count; ++j) min_row_words = std::min<size_t>(min_row_words, p.w[j].row_bytes / 4);
+  p.split = split_k(p.total_blocks, p.n, min_row_words, GEMV_UNROLL);
+  call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n)
+      .threads(GEMV_THREADS).run();
+}
+
+void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
+  auto lock = enter();
+  MatmulJob job{&w, out};
+  gemv_jobs(&job, 1, x, n);
+}
+
+void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
+  auto lock = enter();
+  for (size_t i = 0; i < jobs.size(); i += GEMV_MAX_JOBS)
+    gemv_jobs(jobs.data() + i, std::min<size_t>(GEMV_MAX_JOBS, jobs.size() - i), x, n);
+}
+
+}  // namespace moelens::gpu

@@ -1,0 +1,39 @@
+#include "registry.h"
+
+#include "../core/error.h"
+#include "cpu/cpu_backend.h"
+#include "gpu/gpu_backend.h"
+#include "gpu/runtimes.h"
+
+namespace moelens {
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names = {"cpu"};
+  for (const std::string& r : gpu::runtime_names()) names.push_back(r);
+  return names;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& o) {
+  if (name == "cpu") {
+    cpu::Precision p = cpu::Precision::F32;
+    if (!o.precision.empty() && !cpu::parse_precision(o.precision, &p))
+      fail("precision '", o.precision, "' is not a mode of the cpu backend (fp32, int24, int16 or int8)");
+    return std::make_unique<CpuBackend>(o.threads, p);
+  }
+  for (const std::string& r : gpu::runtime_names()) {
+    if (r != name) continue;
+    gpu::Precision p = gpu::Precision::F16;
+    cpu::Precision cpu_mode;
+    if (!o.precision.empty() && !gpu::parse_precision(o.precision, &p)) {
+      if (cpu::parse_precision(o.precision, &cpu_mode))
+        fail("precision '", o.precision, "' is a mode of the cpu backend, not of '", name, "' (it has fp16 and fp32)");
+      fail("unknown precision '", o.precision, "' for the ", name, " backend (fp16 or fp32)");
+    }
+    return std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name, o.order, o.seed), p);
+  }
+  std::string all;
+  for (const std::string& n : backend_names()) all += (all.empty() ? "" : ", ") + n;
+  fail("unknown backend '", name, "' (this build has: ", all, ")");
+}
+
+}  // namespace moelens

@@ -1,0 +1,59 @@
+// moelens-gpu-check: the causal conv with SiLU and the gated delta rule.
+#include "check.h"
+
+namespace moelens::gpu_check {
+
+void add_deltanet_cases(Cases& all) {
+  const CaseAdder add{all};
+
+  for (int n : {1, 5})
+    add("conv_silu n" + std::to_string(n), [n](Ctx& c) {
+      c.shape = "300 channels, kernel 4";
+      const int channels = 300, kernel = 4;
+      Pair x = c.floats(c.rng.normals(size_t(n) * channels)), st = c.floats(c.rng.normals(size_t(kernel - 1) * channels));
+      Pair w = c.floats(c.rng.normals(size_t(channels) * kernel)), out = c.zeros(size_t(n) * channels);
+      c.cpu.conv_silu(View(x.cpu.get()), View(st.cpu.get()), View(w.cpu.get()), n, channels, kernel, View(out.cpu.get()));
+      c.gpu.conv_silu(View(x.gpu.get()), View(st.gpu.get()), View(w.gpu.get()), n, channels, kernel, View(out.gpu.get()));
+      c.expect_close("conv_silu out", out, size_t(n) * channels, 1e-6f);
+      c.expect_close("conv_silu state", st, size_t(kernel - 1) * channels, 0.0f);
+    });
+
+  struct DnShape {
+    int kh, vh, dk, dv, n;
+    bool trace;
+  };
+  for (DnShape d : {DnShape{2, 4, 64, 64, 1, true}, DnShape{2, 4, 64, 64, 4, false}, DnShape{1, 2, 128, 32, 3, true},
+                    DnShape{2, 2, 32, 96, 2, true}, DnShape{2, 4, 128, 96, 2, false}})
+    add("deltanet " + std::to_string(d.vh) + "x" + std::to_string(d.dk) + "x" + std::to_string(d.dv) + " n" +
+            std::to_string(d.n) + (d.trace ? " traced" : ""),
+        [d](Ctx& c) {
+          c.shape = std::to_string(d.kh) + "/" + std::to_string(d.vh) + " heads, dk " + std::to_string(d.dk) + ", dv " +
+                    std::to_string(d.dv) + ", " + std::to_string(d.n) + " tokens";
+          const int conv_dim = 2 * d.kh * d.dk + d.vh * d.dv;
+          const DeltaNetShape s{d.kh, d.vh, d.dk, d.dv, 1e-6f};
+          Pair qkv = c.floats(c.rng.normals(size_t(d.n) * conv_dim)), b = c.floats(c.rng.normals(size_t(d.n) * d.vh));
+          Pair a = c.floats(c.rng.normals(size_t(d.n) * d.vh)), A = c.floats(c.rng.normals(d.vh, 0.5f));
+          Pair dt = c.floats(c.rng.normals(d.vh)), st = c.floats(c.rng.normals(size_t(d.vh) * d.dk * d.dv, 0.1f));
+          Pair out = c.zeros(size_t(d.n) * d.vh * d.dv), tb = c.zeros(size_t(d.n) * d.vh), td = c.zeros(size_t(d.n) * d.vh),
+               tn = c.zeros(size_t(d.n) * d.vh);
+          DeltaNetTrace trc, trg;
+          if (d.trace) {
+            trc = {View(tb.cpu.get()), View(td.cpu.get()), View(tn.cpu.get())};
+            trg = {View(tb.gpu.get()), View(td.gpu.get()), View(tn.gpu.get())};
+          }
+          c.cpu.deltanet(View(qkv.cpu.get()), View(b.cpu.get()), View(a.cpu.get()), View(A.cpu.get()), View(dt.cpu.get()),
+                         View(st.cpu.get()), d.n, s, View(out.cpu.get()), trc);
+          c.gpu.deltanet(View(qkv.gpu.get()), View(b.gpu.get()), View(a.gpu.get()), View(A.gpu.get()), View(dt.gpu.get()),
+                         View(st.gpu.get()), d.n, s, View(out.gpu.get()), trg);
+          c.expect_close("deltanet out", out, size_t(d.n) * d.vh * d.dv, 1e-4f);
+          c.expect_close("deltanet state", st, size_t(d.vh) * d.dk * d.dv, 1e-4f);
+          if (d.trace) {
+            c.expect_close("deltanet beta", tb, size_t(d.n) * d.vh, 1e-6f);
+            c.expect_close("deltanet decay", td, size_t(d.n) * d.vh, 1e-5f);
+            c.expect_close("deltanet state norm", tn, size_t(d.n) * d.vh, 1e-5f);
+          }
+        });
+
+}
+
+}  // namespace moelens::gpu_check
