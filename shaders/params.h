@@ -47,6 +47,10 @@
 #ifndef PREFILL_MIN_TOKENS
 #define PREFILL_MIN_TOKENS 16u
 #endif
+// Tokens per forward chunk of a long prompt on the GPU (scratch memory grows with it).
+#ifndef PREFILL_CHUNK
+#define PREFILL_CHUNK 4096u
+#endif
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
 #define NORM_THREADS 1024

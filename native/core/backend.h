@@ -72,6 +72,9 @@ class Backend {
   // How activations enter the matmuls: "fp32" (exact) or a backend's faster mode (cpu: int24, int16,
   // int8; gpu: fp16, tensor-core prefill).
   virtual const char* precision_name() const { return "fp32"; }
+  // Tokens per forward chunk of a long prompt: scratch memory is bounded by the chunk, and larger
+  // chunks let a GPU read each expert's weights once for more tokens.
+  virtual int prefill_chunk() const { return 512; }
 
   // Memory. New buffers are zero-filled.
   virtual std::unique_ptr<Buffer> alloc(ElemType type, size_t count) = 0;

@@ -279,12 +279,13 @@ ForwardResult Session::forward(const int32_t* ids, int n, const ForwardOptions& 
   r.logits.resize(size_t(r.logits_rows) * c.vocab_size);
 
   apply_state_interventions(options);
-  for (int off = 0; off < n; off += kChunk) {
+  const int chunk = be_.prefill_chunk();
+  for (int off = 0; off < n; off += chunk) {
     if (options.cancel && options.cancel->load())
       fail("cancelled after ", off, " of ", n, " tokens; the session holds the tokens before that point");
     ChunkIO io;
     io.host_ids = ids + off;
-    forward_chunk(io, std::min(kChunk, n - off), off, options, r);
+    forward_chunk(io, std::min(chunk, n - off), off, options, r);
   }
   return r;
 }

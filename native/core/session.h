@@ -80,9 +80,6 @@ class Session {
   // [value_heads, key_dim, value_dim] and the conv window [kernel - 1, conv_dim].
   void deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const;
 
-  // Tokens processed per kernel sequence; longer inputs run in chunks of this size.
-  static constexpr int kChunk = 512;
-
  private:
   struct LayerState {
     std::unique_ptr<Buffer> conv, recurrent;  // DeltaNet

@@ -3,6 +3,7 @@
 //
 //   moelens-gpu-bench speed DIR [--backend cuda] [--precision fp16|fp32] [--prompt 256] [--decode 128] [--warmup 4] [--peak-gbps 4800]
 //   moelens-gpu-bench agree DIR... [--backend cuda] [--precision fp16|fp32] [--positions 64] [--decode 32]
+//   moelens-gpu-bench prefill DIR [--backend cuda] [--prompts 512,4096] [--repeat 3] [--peak-tflops 989]
 //
 // speed: a synthetic prompt (token i = (i * 2654435761 mod 2^32) mod vocab, as Lily's benchmark), one
 // timed prefill, then greedy decoding twice: with the logits read back each step, and with the token
@@ -12,6 +13,11 @@
 // agree: per checkpoint, teacher-forced top-1 over `positions` random tokens against the CPU backend
 // (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std),
 // then greedy decoding on both until the first near-tie; exits 1 when either fails.
+// prefill: for each prompt length, the best of `repeat` prefills (fresh sessions, the synthetic prompt)
+// in fp16 (the tiled kernels) and fp32 (the decode kernels), as tok/s and as the fraction of the given
+// tensor-core peak that the model's matrix work makes (2 flops per weight a token meets, experts k/E of
+// theirs, the lm_head once; attention 4 x heads x head_dim per cached position); the shortest prompt at
+// which fp16 is faster is the tiled kernels' threshold (PREFILL_MIN_TOKENS).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +26,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,8 +43,9 @@ namespace {
 struct Options {
   std::string mode, backend = "cuda", precision;  // empty: the backend's default
   std::vector<std::string> dirs;
-  int prompt = 256, decode = -1, warmup = 4, positions = 64;
-  double peak_gbps = 4800;
+  int prompt = 256, decode = -1, warmup = 4, positions = 64, repeat = 3;
+  std::vector<int> prompts = {1, 2, 4, 8, 16, 32, 64, 128, 512, 4096};
+  double peak_gbps = 4800, peak_tflops = 989;
 };
 
 int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); }
@@ -149,6 +157,63 @@ int speed(const Options& o) {
   return 0;
 }
 
+// Matrix flops of a prefill of `n` tokens after `pos0` cached ones (logits of the last token only).
+double prefill_flops(const Model& m, int n, int pos0) {
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  auto mm = [](const LinearWeight& x) { return 2.0 * double(x.rows) * double(x.cols); };
+  double per_token = 0, attention = 0;
+  for (const LayerWeights& L : w.layers) {
+    if (L.kind == LayerKind::Attention) {
+      const AttentionWeights& a = L.attention;
+      per_token += mm(a.q) + mm(a.k) + mm(a.v) + mm(a.o);
+      // QK and PV over the cached positions p0+1 .. p0+n (causal)
+      attention += 4.0 * c.num_heads * c.head_dim * (double(n) * pos0 + double(n) * (n + 1) / 2);
+    } else {
+      const DeltaNetWeights& d = L.deltanet;
+      per_token += mm(d.in_qkv) + mm(d.in_z) + mm(d.in_b) + mm(d.in_a) + mm(d.out);
+    }
+    const MoEWeights& e = L.moe;
+    per_token += mm(e.router) + mm(e.shared_gate) + mm(e.shared_up) + mm(e.shared_down) + mm(e.shared_expert_gate);
+    per_token += double(c.experts_per_token) * (mm(e.gate) + mm(e.up) + mm(e.down));
+  }
+  return per_token * n + attention + mm(w.lm_head);
+}
+
+int prefill(const Options& o) {
+  std::unique_ptr<Model> model = Model::load(o.dirs[0], make_backend(o.backend, {0, "fp16"}));
+  auto* gpu = dynamic_cast<gpu::GpuBackend*>(&model->backend());
+  if (!gpu) throw std::runtime_error("prefill compares the GPU backend's precisions: use a GPU backend");
+  const int vocab = model->config().vocab_size;
+  ForwardOptions last;
+  last.logits = LogitsMode::Last;
+  std::printf("prompt  | fp16 tok/s | fp16 ms  | TFLOP/s | of %.0f | fp32 tok/s | fp16/fp32\n", o.peak_tflops);
+  int threshold = 0;
+  for (int n : o.prompts) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(uint64_t(uint32_t(uint64_t(i) * 2654435761ull)) % uint64_t(vocab));
+    double best[2] = {1e30, 1e30};
+    for (int p = 0; p < 2; ++p) {
+      gpu->set_precision(p == 0 ? gpu::Precision::F16 : gpu::Precision::F32);
+      for (int r = 0; r <= o.repeat; ++r) {  // the first run warms up
+        Session s(*model);
+        const auto t0 = Clock::now();
+        s.forward(ids.data(), n, last);
+        const double t = seconds(t0, Clock::now());
+        if (r > 0) best[p] = std::min(best[p], t);
+      }
+    }
+    const double tflops = prefill_flops(*model, n, 0) / best[0] / 1e12;
+    std::printf("%7d | %10.1f | %8.3f | %7.1f | %5.1f %% | %10.1f | %.2fx\n", n, n / best[0], best[0] * 1e3, tflops,
+                100.0 * tflops / o.peak_tflops, n / best[1], best[1] / best[0]);
+    if (!threshold && best[0] < best[1]) threshold = n;
+  }
+  gpu->set_precision(gpu::Precision::F16);
+  std::printf("shortest prompt at which the tiled kernels are faster: %d (PREFILL_MIN_TOKENS is %u)\n", threshold,
+              unsigned(PREFILL_MIN_TOKENS));
+  return 0;
+}
+
 // Logits' standard deviation and the gap between the two largest.
 void spread(const float* v, int n, double* sd, double* gap) {
   double mean = 0, sq = 0;
@@ -232,6 +297,7 @@ void usage() {
   std::printf(
       "usage: moelens-gpu-bench speed DIR [--backend NAME] [--precision P] [--prompt N] [--decode N] [--warmup N] [--peak-gbps G]\n"
       "       moelens-gpu-bench agree DIR... [--backend NAME] [--precision P] [--positions N] [--decode N]\n"
+      "       moelens-gpu-bench prefill DIR [--backend NAME] [--prompts N,N,...] [--repeat N] [--peak-tflops T]\n"
       "Backends in this build: %s.\n",
       backend_list().c_str());
 }
@@ -257,13 +323,20 @@ int main(int argc, char** argv) {
     else if (a == "--decode") o.decode = int(number());
     else if (a == "--warmup") o.warmup = int(number());
     else if (a == "--positions") o.positions = int(number());
+    else if (a == "--repeat") o.repeat = int(number());
+    else if (a == "--peak-tflops") o.peak_tflops = number();
+    else if (a == "--prompts" && i + 1 < argc) {
+      o.prompts.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string v; std::getline(list, v, ',');) o.prompts.push_back(std::stoi(v));
+    }
     else if (a == "--peak-gbps") o.peak_gbps = number();
     else if (o.mode.empty()) o.mode = a;
     else o.dirs.push_back(a);
   }
-  if ((o.mode != "speed" && o.mode != "agree") || o.dirs.empty()) return usage(), 2;
+  if ((o.mode != "speed" && o.mode != "agree" && o.mode != "prefill") || o.dirs.empty()) return usage(), 2;
   try {
-    return o.mode == "speed" ? speed(o) : agree(o);
+    return o.mode == "speed" ? speed(o) : o.mode == "prefill" ? prefill(o) : agree(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "moelens-gpu-bench: %s\n", e.what());
     return 1;
