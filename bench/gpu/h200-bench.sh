@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The H200 run of issue 9, from the repository root of a copy of the working tree on the GPU machine
-# (which has nvcc, cmake and Python with numpy, and no Node): builds the CUDA backend, writes the
-# synthetic full-shape checkpoint, checks every kernel and every fixture against the CPU backend,
-# and times decode; with --peer, also builds llama.cpp (CUDA), converts the same weights to a Q4_0
-# GGUF and runs llama-bench in the same call. Logs go to OUT (default $OUT, else /tmp/h200-bench).
+# The benchmark run on an NVIDIA H200 (or any CUDA GPU with nvcc, cmake and Python with numpy; Node is
+# not needed), from the repository root: builds the CUDA backend, writes the synthetic full-shape
+# checkpoint, checks every kernel and every fixture against the CPU backend (both GPU precisions),
+# times prefill at every prompt length (fp16 tiled kernels against the fp32 decode kernels, with a
+# per-kernel profile at 4,096 tokens) and decode; with --peer, also builds llama.cpp (CUDA), converts
+# the same weights to a Q4_0 GGUF and runs llama-bench in the same call. Logs go to --out.
 #
 # Needs .synth/full.json (here: npx tsx scripts/synth-checkpoint.ts --manifest .synth/full.json) and,
 # with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh): pass both in `carry`.
@@ -13,7 +14,7 @@ usage() {
   cat <<'EOF'
 Usage: bench/gpu/h200-bench.sh [--out DIR] [--synth DIR] [--peer] [--skip-checks] [--decode N]
 
-  --out DIR       logs and results (default: $OUT, else /tmp/h200-bench)
+  --out DIR       logs and results (default /tmp/h200-bench)
   --synth DIR     where the synthetic checkpoint is written, or reused if complete (default /tmp/synth)
   --peer          also build llama.cpp, write the Q4_0 GGUF and run llama-bench (same call)
   --skip-checks   skip moelens-gpu-check and the fixture agreement
@@ -21,7 +22,7 @@ Usage: bench/gpu/h200-bench.sh [--out DIR] [--synth DIR] [--peer] [--skip-checks
 EOF
 }
 
-out=${OUT:-/tmp/h200-bench}
+out=/tmp/h200-bench
 synth=/tmp/synth
 peer=0
 checks=1
@@ -67,16 +68,20 @@ fi
 stamp "building moelens (CUDA)"
 cmake -S native -B build/cuda -DCMAKE_BUILD_TYPE=Release -DMOELENS_CUDA=ON -DMOELENS_GPU_CHECK=ON \
   -DMOELENS_METAL=OFF -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/build.log" 2>&1
-cmake --build build/cuda -j "$jobs" --target moelens-gpu-check moelens-gpu-bench >> "$out/build.log" 2>&1
+cmake --build build/cuda -j "$jobs" --target moelens-gpu-check moelens-gpu-bench moelens-cuda-matrix-check \
+  >> "$out/build.log" 2>&1
 stamp "built"
 
 # 3. Kernels and fixtures against the CPU backend.
 if [[ $checks == 1 ]]; then
+  build/cuda/moelens-cuda-matrix-check > "$out/matrix-check.txt" 2>&1 || stamp "matrix check FAILED"
   build/cuda/moelens-gpu-check --runtime cuda --seed "$RANDOM" > "$out/gpu-check.txt" 2>&1 || stamp "gpu-check FAILED"
   stamp "gpu-check: $(grep -c ' ok' "$out/gpu-check.txt" || true) kernels ok"
-  timeout 300 build/cuda/moelens-gpu-bench agree test/fixtures/t1/hf test/fixtures/t1/mlx test/fixtures/t2/mlx \
-    test/fixtures/t3/hf models/moelens-tiny --backend cuda --positions 256 --decode 64 > "$out/agree.txt" 2>&1 ||
-    stamp "agree FAILED"
+  for precision in fp16 fp32; do
+    timeout 300 build/cuda/moelens-gpu-bench agree test/fixtures/t1/hf test/fixtures/t1/mlx test/fixtures/t2/mlx \
+      test/fixtures/t3/hf models/moelens-tiny --backend cuda --precision "$precision" --positions 256 --decode 64 \
+      > "$out/agree-$precision.txt" 2>&1 || stamp "agree ($precision) FAILED"
+  done
   stamp "agree done"
 fi
 
@@ -89,7 +94,14 @@ if [[ $peer == 1 ]]; then
   stamp "GGUF written"
 fi
 
-# 5. Our decode speed: graphs (the reported figure), then a per-kernel profile.
+# 5. Our prefill at every prompt length (fp16 against fp32 up to 4,096 tokens), a per-kernel profile of
+# a 4,096-token prefill, then decode: graphs (the reported figure) and a per-kernel profile.
+stamp "moelens prefill"
+timeout 400 build/cuda/moelens-gpu-bench prefill "$synth" --backend cuda --prompts 1,2,4,8,16,32,64,128,512,4096,32768 \
+  --repeat 2 --compare-max 4096 > "$out/prefill.txt" 2>&1 || stamp "prefill FAILED"
+MOELENS_CUDA_PROFILE=1 timeout 200 build/cuda/moelens-gpu-bench prefill "$synth" --backend cuda --prompts 4096 \
+  --repeat 1 --compare-max 0 > "$out/prefill-profile.txt" 2>&1 || stamp "prefill profile FAILED"
+stamp "moelens prefill done"
 stamp "moelens speed"
 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 --decode "$decode" \
   --peak-gbps 4800 > "$out/speed.txt" 2>&1 || stamp "speed FAILED"
@@ -105,7 +117,7 @@ stamp "moelens prefill 4096 done"
 if [[ $peer == 1 ]]; then
   wait "$llama_pid" || { stamp "llama.cpp build FAILED"; exit 1; }
   stamp "llama-bench"
-  timeout 300 /tmp/llama-build/bin/llama-bench -m /tmp/synth-q4_0.gguf -ngl 99 -p 512,4096 -n 128 -r 3 \
+  timeout 300 /tmp/llama-build/bin/llama-bench -m /tmp/synth-q4_0.gguf -ngl 99 -p 512,4096,32768 -n 128 -r 3 \
     > "$out/llama-bench.txt" 2>&1 || stamp "llama-bench FAILED"
   stamp "llama-bench done"
 fi

@@ -3,7 +3,7 @@
 //
 //   moelens-gpu-bench speed DIR [--backend cuda] [--precision fp16|fp32] [--prompt 256] [--decode 128] [--warmup 4] [--peak-gbps 4800]
 //   moelens-gpu-bench agree DIR... [--backend cuda] [--precision fp16|fp32] [--positions 64] [--decode 32]
-//   moelens-gpu-bench prefill DIR [--backend cuda] [--prompts 512,4096] [--repeat 3] [--peak-tflops 989]
+//   moelens-gpu-bench prefill DIR [--backend cuda] [--prompts 512,4096] [--repeat 3] [--compare-max 4096] [--peak-tflops 989]
 //
 // speed: a synthetic prompt (token i = (i * 2654435761 mod 2^32) mod vocab, as Lily's benchmark), one
 // timed prefill, then greedy decoding twice: with the logits read back each step, and with the token
@@ -14,7 +14,7 @@
 // (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std),
 // then greedy decoding on both until the first near-tie; exits 1 when either fails.
 // prefill: for each prompt length, the best of `repeat` prefills (fresh sessions, the synthetic prompt)
-// in fp16 (the tiled kernels) and fp32 (the decode kernels), as tok/s and as the fraction of the given
+// in fp16 (the tiled kernels) and, up to --compare-max tokens, fp32 (the decode kernels), as tok/s and as the fraction of the given
 // tensor-core peak that the model's matrix work makes (2 flops per weight a token meets, experts k/E of
 // theirs, the lm_head once; attention 4 x heads x head_dim per cached position); the shortest prompt at
 // which fp16 is faster is the tiled kernels' threshold (PREFILL_MIN_TOKENS).
@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -43,7 +44,7 @@ namespace {
 struct Options {
   std::string mode, backend = "cuda", precision;  // empty: the backend's default
   std::vector<std::string> dirs;
-  int prompt = 256, decode = -1, warmup = 4, positions = 64, repeat = 3;
+  int prompt = 256, decode = -1, warmup = 4, positions = 64, repeat = 3, compare_max = 4096;
   std::vector<int> prompts = {1, 2, 4, 8, 16, 32, 64, 128, 512, 4096};
   double peak_gbps = 4800, peak_tflops = 989;
 };
@@ -193,8 +194,9 @@ int prefill(const Options& o) {
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(uint64_t(uint32_t(uint64_t(i) * 2654435761ull)) % uint64_t(vocab));
     double best[2] = {1e30, 1e30};
-    for (int p = 0; p < 2; ++p) {
+    for (int p = 0; p < (n <= o.compare_max ? 2 : 1); ++p) {
       gpu->set_precision(p == 0 ? gpu::Precision::F16 : gpu::Precision::F32);
+      gpu->runtime().reset_stats();
       for (int r = 0; r <= o.repeat; ++r) {  // the first run warms up
         Session s(*model);
         const auto t0 = Clock::now();
@@ -202,10 +204,16 @@ int prefill(const Options& o) {
         const double t = seconds(t0, Clock::now());
         if (r > 0) best[p] = std::min(best[p], t);
       }
+      // Under MOELENS_CUDA_PROFILE=1 the runtime reports the time per kernel (all runs of this length).
+      if (p == 0 && std::getenv("MOELENS_CUDA_PROFILE")) std::printf("runtime, fp16, %d tokens: %s\n", n, gpu->runtime().stats().c_str());
     }
     const double tflops = prefill_flops(*model, n, 0) / best[0] / 1e12;
-    std::printf("%7d | %10.1f | %8.3f | %7.1f | %5.1f %% | %10.1f | %.2fx\n", n, n / best[0], best[0] * 1e3, tflops,
-                100.0 * tflops / o.peak_tflops, n / best[1], best[1] / best[0]);
+    if (n <= o.compare_max)
+      std::printf("%7d | %10.1f | %8.3f | %7.1f | %5.1f %% | %10.1f | %.2fx\n", n, n / best[0], best[0] * 1e3, tflops,
+                  100.0 * tflops / o.peak_tflops, n / best[1], best[1] / best[0]);
+    else
+      std::printf("%7d | %10.1f | %8.3f | %7.1f | %5.1f %% |          - |\n", n, n / best[0], best[0] * 1e3, tflops,
+                  100.0 * tflops / o.peak_tflops);
     if (!threshold && best[0] < best[1]) threshold = n;
   }
   gpu->set_precision(gpu::Precision::F16);
@@ -297,7 +305,7 @@ void usage() {
   std::printf(
       "usage: moelens-gpu-bench speed DIR [--backend NAME] [--precision P] [--prompt N] [--decode N] [--warmup N] [--peak-gbps G]\n"
       "       moelens-gpu-bench agree DIR... [--backend NAME] [--precision P] [--positions N] [--decode N]\n"
-      "       moelens-gpu-bench prefill DIR [--backend NAME] [--prompts N,N,...] [--repeat N] [--peak-tflops T]\n"
+      "       moelens-gpu-bench prefill DIR [--backend NAME] [--prompts N,N,...] [--repeat N] [--compare-max N] [--peak-tflops T]\n"
       "Backends in this build: %s.\n",
       backend_list().c_str());
 }
@@ -324,6 +332,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = int(number());
     else if (a == "--positions") o.positions = int(number());
     else if (a == "--repeat") o.repeat = int(number());
+    else if (a == "--compare-max") o.compare_max = int(number());
     else if (a == "--peak-tflops") o.peak_tflops = number();
     else if (a == "--prompts" && i + 1 < argc) {
       o.prompts.clear();
