@@ -3,15 +3,17 @@
 #   1. the machine; 2. every .metal file compiled offline at each MSL version the host uses (when the
 #   offline Metal compiler is installed; the runtime compile is step 4 either way); 3. the tools;
 #   4. every kernel against the CPU backend on the GPU (three seeds); 5. the same on the CPU emulator
-#   (what Linux CI runs); 6. teacher-forced and greedy agreement on every fixture; 7. the JavaScript
-#   end-to-end test (npm install builds the addon with the real Metal host); 8. with a checkpoint, the
-#   decode/prefill benchmark and agreement on it. Prints one report and writes it to
+#   (what Linux CI runs); 6. teacher-forced and greedy agreement on every fixture, with the tiled
+#   prefill kernels (fp16) and with the exact ones (fp32); 7. the JavaScript end-to-end tests (npm
+#   install builds the addon with the real Metal host); 8. with a checkpoint, the decode and prefill
+#   benchmarks and agreement on it. Prints one report and writes it to
 #   build/first-mac-run/report.txt. Until this has run on a Mac, docs/metal.md calls the Metal backend
 #   "built and emulated, not run".
 #
 # usage: scripts/first-mac-run.sh [CHECKPOINT_DIR]
 #   CHECKPOINT_DIR  a Qwen3.6-35B-A3B 4-bit checkpoint (mlx-community or synthetic) for step 8
 #   PEAK_GBPS       the Mac's memory bandwidth for the report (default 614, an M5 Max)
+#   PEAK_TFLOPS     the Mac GPU's fp16 matrix peak for the prefill report (default 34, an M4 Max)
 #   FIRST_MAC_RUN_ANYWHERE=1  rehearse on Linux, where "metal" is the mock runtime over the emulator
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,7 @@ report="$out/report.txt"
 : >"$report"
 model="${1:-}"
 peak="${PEAK_GBPS:-614}"
+peak_tflops="${PEAK_TFLOPS:-34}"
 jobs=$(sysctl -n hw.ncpu 2>/dev/null || nproc)
 msl_versions=(3.0)  # MTLLanguageVersion3_0 in native/backends/gpu/metal/metal_runtime.cpp
 
@@ -94,15 +97,20 @@ step "kernels on the emulator, forward/reverse/random" "$tools/moelens-gpu-check
 # 6. Teacher-forced top-1 and greedy decoding against the CPU backend on every fixture.
 fixtures=()
 for d in test/fixtures/*/hf test/fixtures/*/mlx; do [ -f "$d/config.json" ] && fixtures+=("$d"); done
-step "agreement with the CPU backend on the fixtures" "$tools/moelens-gpu-bench" agree "${fixtures[@]}" --backend metal --positions 128 --decode 32
+for precision in fp16 fp32; do
+  step "agreement with the CPU backend on the fixtures ($precision: tiled prefill kernels, or the exact ones)" \
+    "$tools/moelens-gpu-bench" agree "${fixtures[@]}" --backend metal --precision "$precision" --positions 128 --decode 32
+done
 
 # 7. The addon with the Metal host, end to end from JavaScript.
-js_end_to_end() { npm install --no-audit --no-fund && npx vitest run test/metal.test.ts; }
-step "JavaScript end to end (test/metal.test.ts)" js_end_to_end
+js_end_to_end() { npm install --no-audit --no-fund && npx vitest run test/metal.test.ts test/prefill-*.test.ts; }
+step "JavaScript end to end (test/metal.test.ts, test/prefill-*.test.ts)" js_end_to_end
 
 # 8. The checkpoint: benchmark and agreement.
 if [ -n "$model" ]; then
-  step "decode and prefill benchmark on $model" "$tools/moelens-gpu-bench" speed "$model" --backend metal --prompt 256 --decode 64 --peak-gbps "$peak"
+  step "decode benchmark on $model" "$tools/moelens-gpu-bench" speed "$model" --backend metal --prompt 256 --decode 64 --peak-gbps "$peak"
+  step "prefill benchmark on $model (fp16 tiled kernels against fp32, every prompt length)" "$tools/moelens-gpu-bench" prefill "$model" \
+    --backend metal --prompts 1,2,4,8,16,32,64,128,512,4096 --repeat 2 --peak-tflops "$peak_tflops"
   step "agreement with the CPU backend on $model" "$tools/moelens-gpu-bench" agree "$model" --backend metal --positions 32 --decode 16
 else
   say ""
