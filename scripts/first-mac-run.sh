@@ -13,7 +13,7 @@
 # usage: scripts/first-mac-run.sh [CHECKPOINT_DIR]
 #   CHECKPOINT_DIR  a Qwen3.6-35B-A3B 4-bit checkpoint (mlx-community or synthetic) for step 8
 #   PEAK_GBPS       the Mac's memory bandwidth for the report (default 614, an M5 Max)
-#   PEAK_TFLOPS     the Mac GPU's fp16 matrix peak for the prefill report (default 34, an M4 Max)
+#   PEAK_TFLOPS     the Mac GPU's fp16 matrix rate for the prefill report, TFLOP/s (default 17, about an M4 Max)
 #   FIRST_MAC_RUN_ANYWHERE=1  rehearse on Linux, where "metal" is the mock runtime over the emulator
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ report="$out/report.txt"
 : >"$report"
 model="${1:-}"
 peak="${PEAK_GBPS:-614}"
-peak_tflops="${PEAK_TFLOPS:-34}"
+peak_tflops="${PEAK_TFLOPS:-17}"
 jobs=$(sysctl -n hw.ncpu 2>/dev/null || nproc)
 msl_versions=(3.0)  # MTLLanguageVersion3_0 in native/backends/gpu/metal/metal_runtime.cpp
 
