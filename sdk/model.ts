@@ -37,6 +37,9 @@ export interface LoadOptions {
   threads?: number;
   /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp16" (default) or "fp32". */
   precision?: Precision;
+  /** Tokens per forward chunk of a long prompt (default: 512 on the CPU, 4,096 on a GPU): scratch memory
+   * grows with it, and a GPU reads each expert's weights once per chunk. Results do not depend on it. */
+  prefillChunk?: number;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;
   /** Called as layers are placed on the backend. */
@@ -123,12 +126,16 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   if (!precisions.includes(precision)) {
     throw new Error(`precision must be one of ${precisions.map((p) => JSON.stringify(p)).join(", ")}; got ${JSON.stringify(precision)}`);
   }
-  const key = `${resolved}\0${backend}\0${threads}\0${precision}`;
+  const prefillChunk = options.prefillChunk ?? 0;
+  if (options.prefillChunk !== undefined && (!Number.isInteger(prefillChunk) || prefillChunk < 1 || prefillChunk > 1 << 20)) {
+    throw new Error(`prefillChunk must be a whole number of tokens from 1 to ${1 << 20}; got ${JSON.stringify(options.prefillChunk)}`);
+  }
+  const key = `${resolved}\0${backend}\0${threads}\0${precision}\0${prefillChunk}`;
   const cached = options.fresh ? undefined : loadedModels.get(key)?.deref();
   if (cached && !cached.disposed) return cached;
   const hasTokenizer = fs.existsSync(path.join(resolved, "tokenizer.json"));
   const [nativeModel, tokenizer] = await Promise.all([
-    native().loadModel(resolved, { backend, threads, precision }, options.onProgress),
+    native().loadModel(resolved, { backend, threads, precision, prefillChunk }, options.onProgress),
     hasTokenizer ? loadTokenizer(resolved) : undefined,
   ]);
   const model = new Model(nativeModel, resolved, tokenizer);

@@ -101,7 +101,7 @@ export interface NativeModel {
 export interface NativeAddon {
   loadModel(
     dir: string,
-    options: { backend?: string; threads?: number; precision?: string },
+    options: { backend?: string; threads?: number; precision?: string; prefillChunk?: number },
     onProgress?: (done: number, total: number) => void,
   ): Promise<NativeModel>;
   backends(): string[];

@@ -13,7 +13,9 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& o) {
+namespace {
+
+std::unique_ptr<Backend> make_unconfigured(const std::string& name, const BackendOptions& o) {
   if (name == "cpu") {
     cpu::Precision p = cpu::Precision::F32;
     if (!o.precision.empty() && !cpu::parse_precision(o.precision, &p))
@@ -34,6 +36,15 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
   std::string all;
   for (const std::string& n : backend_names()) all += (all.empty() ? "" : ", ") + n;
   fail("unknown backend '", name, "' (this build has: ", all, ")");
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& o) {
+  if (o.prefill_chunk < 0) fail("prefill chunk of ", o.prefill_chunk, " tokens (a positive count, or 0 for the default)");
+  std::unique_ptr<Backend> b = make_unconfigured(name, o);
+  b->set_prefill_chunk(o.prefill_chunk);
+  return b;
 }
 
 }  // namespace moelens

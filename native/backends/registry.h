@@ -16,6 +16,7 @@ struct BackendOptions {
   int threads = 0;                 // cpu: worker threads (0: one per core)
   // cpu: fp32 (the default), int24, int16 or int8; gpu: fp16 (the default) or fp32; empty: the default
   std::string precision;
+  int prefill_chunk = 0;  // tokens per forward chunk of a long prompt (0: the backend's default)
   // emulator: thread order of the kernels (forward, reverse, random) and its seed
   std::string order = "forward";
   uint64_t seed = 1;

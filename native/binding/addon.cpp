@@ -11,17 +11,16 @@ namespace {
 
 class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
  public:
-  LoadWorker(Napi::Env env, std::string dir, std::string backend, int threads, std::string precision,
-             Napi::Function on_progress)
+  LoadWorker(Napi::Env env, std::string dir, std::string backend, BackendOptions options, Napi::Function on_progress)
       : Napi::AsyncProgressQueueWorker<int32_t>(env), deferred_(Napi::Promise::Deferred::New(env)), dir_(std::move(dir)),
-        backend_(std::move(backend)), precision_(std::move(precision)), threads_(threads) {
+        backend_(std::move(backend)), options_(std::move(options)) {
     if (!on_progress.IsEmpty()) progress_cb_ = Napi::Persistent(on_progress);
   }
   Napi::Promise promise() { return deferred_.Promise(); }
 
   void Execute(const ExecutionProgress& progress) override {
     try {
-      model_ = Model::load(dir_, make_backend(backend_, {threads_, precision_}), [&](int done, int total) {
+      model_ = Model::load(dir_, make_backend(backend_, options_), [&](int done, int total) {
         int32_t p[2] = {done, total};
         progress.Send(p, 2);
       });
@@ -40,25 +39,27 @@ class LoadWorker : public Napi::AsyncProgressQueueWorker<int32_t> {
  private:
   Napi::Promise::Deferred deferred_;
   Napi::FunctionReference progress_cb_;
-  std::string dir_, backend_, precision_;
-  int threads_;
+  std::string dir_, backend_;
+  BackendOptions options_;
   std::unique_ptr<Model> model_;
 };
 
 Napi::Value LoadModel(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() < 1 || !info[0].IsString()) throw Napi::TypeError::New(env, "loadModel(dir, options?, onProgress?): dir must be a string");
-  std::string backend = "cpu", precision;  // empty precision: the backend's default
-  int threads = 0;
+  std::string backend = "cpu";
+  BackendOptions options;  // empty precision, chunk 0: the backend's defaults
   if (info.Length() > 1 && info[1].IsObject()) {
     Napi::Object o = info[1].As<Napi::Object>();
     if (o.Has("backend") && o.Get("backend").IsString()) backend = o.Get("backend").As<Napi::String>();
-    if (o.Has("threads") && o.Get("threads").IsNumber()) threads = o.Get("threads").As<Napi::Number>().Int32Value();
-    if (o.Has("precision") && o.Get("precision").IsString()) precision = o.Get("precision").As<Napi::String>();
+    if (o.Has("threads") && o.Get("threads").IsNumber()) options.threads = o.Get("threads").As<Napi::Number>().Int32Value();
+    if (o.Has("precision") && o.Get("precision").IsString()) options.precision = o.Get("precision").As<Napi::String>();
+    if (o.Has("prefillChunk") && o.Get("prefillChunk").IsNumber())
+      options.prefill_chunk = o.Get("prefillChunk").As<Napi::Number>().Int32Value();
   }
   Napi::Function cb;
   if (info.Length() > 2 && info[2].IsFunction()) cb = info[2].As<Napi::Function>();
-  auto* worker = new LoadWorker(env, info[0].As<Napi::String>(), backend, threads, precision, cb);
+  auto* worker = new LoadWorker(env, info[0].As<Napi::String>(), backend, options, cb);
   Napi::Promise p = worker->promise();
   worker->Queue();
   return p;

@@ -73,8 +73,9 @@ class Backend {
   // int8; gpu: fp16, tensor-core prefill).
   virtual const char* precision_name() const { return "fp32"; }
   // Tokens per forward chunk of a long prompt: scratch memory is bounded by the chunk, and larger
-  // chunks let a GPU read each expert's weights once for more tokens.
-  virtual int prefill_chunk() const { return 512; }
+  // chunks let a GPU read each expert's weights once for more tokens. 0 sets the backend's default.
+  int prefill_chunk() const { return prefill_chunk_ > 0 ? prefill_chunk_ : default_prefill_chunk(); }
+  void set_prefill_chunk(int tokens) { prefill_chunk_ = tokens; }
 
   // Memory. New buffers are zero-filled.
   virtual std::unique_ptr<Buffer> alloc(ElemType type, size_t count) = 0;
@@ -155,6 +156,12 @@ class Backend {
   // Greedy decoding without a read-back: ids[r] = the index of the largest value of logits row r
   // (the first of equal ones; NaNs never win).
   virtual void argmax(View logits, int rows, int vocab, View ids) = 0;
+
+ protected:
+  virtual int default_prefill_chunk() const { return 512; }
+
+ private:
+  int prefill_chunk_ = 0;
 };
 
 }  // namespace moelens

@@ -52,7 +52,7 @@ class GpuBackend final : public Backend {
   const char* name() const override { return runtime_->name(); }
   const char* precision_name() const override { return precision_ == Precision::F16 ? "fp16" : "fp32"; }
   void set_precision(Precision p) { precision_ = p; }
-  int prefill_chunk() const override { return int(PREFILL_CHUNK); }
+  int default_prefill_chunk() const override { return int(PREFILL_CHUNK); }
   // Whether a call of n tokens runs on the tiled prefill kernels.
   bool tiled(int n) const { return precision_ == Precision::F16 && n >= int(PREFILL_MIN_TOKENS); }
   Runtime& runtime() { return *runtime_; }

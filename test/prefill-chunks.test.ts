@@ -1,0 +1,74 @@
+// Long prompts run in chunks of `prefillChunk` tokens (the backend's default, or the load option): the
+// result must not depend on where the chunks end, on the CPU backend and on the GPU backend's kernels
+// (the emulator), including a ragged last chunk and, in fp16, chunks on both sides of the tiled
+// kernels' threshold.
+import { describe, expect, test } from "vitest";
+import { load } from "moelens";
+import { fixtureCases, get } from "./helpers/fixtures";
+
+const t1 = fixtureCases().find((c) => c.name === "t1/mlx")!;
+
+function maxRowDiff(a: Float32Array, b: Float32Array, width: number): number {
+  let worst = 0;
+  for (let r = 0; r < b.length / width; r++) {
+    let diff = 0;
+    let scale = 0;
+    for (let i = r * width; i < (r + 1) * width; i++) {
+      diff = Math.max(diff, Math.abs(a[i] - b[i]));
+      scale = Math.max(scale, Math.abs(b[i]));
+    }
+    worst = Math.max(worst, diff / scale);
+  }
+  return worst;
+}
+
+function argmax(a: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < a.length; i++) if (a[i] > a[b]) b = i;
+  return b;
+}
+
+async function logits(backend: "cpu" | "emulator", options: { prefillChunk?: number; precision?: "fp32" | "fp16" }, ids: number[]) {
+  const model = await load(t1.modelDir, { backend, threads: 1, fresh: true, ...options });
+  const s = model.session();
+  const r = await s.prefill(ids, { logits: "all" });
+  const next = await s.decode(argmax(r.logits.data.subarray((ids.length - 1) * model.config.vocabSize)));
+  model.dispose();
+  return { all: r.logits.data, next: next.logits.data, vocab: model.config.vocabSize };
+}
+
+describe("prefill in chunks", () => {
+  const ids = Array.from(get(t1.ref, "p0.input_ids").data).slice(0, 60);
+
+  test("the CPU backend gives the same logits for any chunk size", async () => {
+    const whole = await logits("cpu", {}, ids);
+    const chunked = await logits("cpu", { prefillChunk: 7 }, ids);
+    expect(maxRowDiff(chunked.all, whole.all, whole.vocab)).toBeLessThan(1e-5);
+    expect(maxRowDiff(chunked.next, whole.next, whole.vocab)).toBeLessThan(1e-5);
+  });
+
+  test("the GPU kernels (exact precision) give the CPU's logits with a ragged last chunk", async () => {
+    const cpu = await logits("cpu", {}, ids);
+    const gpu = await logits("emulator", { precision: "fp32", prefillChunk: 24 }, ids);
+    expect(maxRowDiff(gpu.all, cpu.all, cpu.vocab)).toBeLessThan(1e-4);
+    expect(maxRowDiff(gpu.next, cpu.next, cpu.vocab)).toBeLessThan(1e-4);
+  });
+
+  test("the GPU kernels in fp16 choose the CPU's top-1 with chunks on both sides of the tiled threshold", async () => {
+    const cpu = await logits("cpu", {}, ids);
+    const gpu = await logits("emulator", { precision: "fp16", prefillChunk: 24 }, ids);  // 24 + 24 + 12 tokens
+    let agree = 0;
+    for (let t = 0; t < ids.length; t++) {
+      const c = cpu.all.subarray(t * cpu.vocab, (t + 1) * cpu.vocab);
+      const g = gpu.all.subarray(t * cpu.vocab, (t + 1) * cpu.vocab);
+      if (argmax(c) === argmax(g)) agree++;
+    }
+    expect(agree / ids.length).toBeGreaterThanOrEqual(0.995);
+    expect(argmax(gpu.next)).toBe(argmax(cpu.next));
+  });
+
+  test("prefillChunk is validated", async () => {
+    await expect(load(t1.modelDir, { prefillChunk: 0 })).rejects.toThrow(/prefillChunk must be a whole number of tokens from 1/);
+    await expect(load(t1.modelDir, { prefillChunk: 2.5 })).rejects.toThrow(/prefillChunk must be a whole number/);
+  });
+});
