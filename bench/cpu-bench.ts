@@ -29,9 +29,9 @@ time, in huge-page folios: bench/page-in.c), so that neither engine reads from d
 evicted.
 
 Options:
-  --model DIR          checkpoint folder (e.g. /work/scratch/qwen36-synth)
+  --model DIR          checkpoint folder (e.g. one written by scripts/synth-checkpoint.ts)
   --gguf FILE          the same weights as GGUF (scripts/peer/gguf-from-checkpoint.py) to run llama-bench on
-  --llama-bench PATH   llama-bench binary (default /work/scratch/llama.cpp/build/bin/llama-bench)
+  --llama-bench PATH   llama-bench binary (default ~/.cache/moelens/llama.cpp/build/bin/llama-bench)
   --llama-reps N       llama-bench repetitions per round (default 3)
   --prompts LIST       prompt lengths, comma-separated (default 128,512)
   --decode N           decode steps per measurement (default 64)
@@ -44,10 +44,10 @@ Options:
                        (reduced precision: integer activations, docs/performance.md)
   --json OUT           write the full results as JSON
   --markdown OUT       write the Markdown table
-  --doc FILE           replace the table between the cpu-bench markers in FILE (docs/performance.md)
+  --doc FILE           replace the table between the cpu-bench markers in FILE
   --help               this text`;
 
-const DRIFT_LIMIT = 0.03; // Lily refuses rows that drift more than 3 % between rounds
+const DRIFT_LIMIT = 0.03; // rows that drift more than 3 % between rounds are flagged, as Lily's method does
 
 function intList(name: string, text: string): number[] {
   const list = text.split(",").map((s) => Number(s.trim()));
@@ -121,7 +121,7 @@ async function main(): Promise<void> {
     options: {
       model: { type: "string" },
       gguf: { type: "string" },
-      "llama-bench": { type: "string", default: "/work/scratch/llama.cpp/build/bin/llama-bench" },
+      "llama-bench": { type: "string", default: path.join(os.homedir(), ".cache/moelens/llama.cpp/build/bin/llama-bench") },
       "llama-reps": { type: "string", default: "3" },
       prompts: { type: "string", default: "128,512" },
       decode: { type: "string", default: "64" },

@@ -1,6 +1,5 @@
 // moelens-run: loads a checkpoint with the C++ core alone (no Node) and runs a prefill and a greedy
-// decode, printing one JSON line of timings. Used on machines without Node (the GPU machine) and by
-// benchmarks. Usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu]
+// decode, printing one JSON line of timings. For machines without Node and for benchmarks. Usage: moelens-run MODEL_DIR [--prompt N] [--decode N] [--threads N] [--backend cpu]
 // [--precision fp32|int8|int16|int24]
 #include <algorithm>
 #include <chrono>
