@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The H200 run of issue 9, from the repository root of a copy of the working tree on the GPU machine
-# (which has nvcc, cmake and Python with numpy, and no Node): builds the CUDA backend, writes the
+# The CUDA benchmark (written for an H200), from the repository root of a copy of the working tree on
+# a CUDA machine (with nvcc, cmake and Python with numpy; Node is not needed): builds the CUDA backend, writes the
 # synthetic full-shape checkpoint, checks every kernel and every fixture against the CPU backend,
 # and times decode; with --peer, also builds llama.cpp (CUDA), converts the same weights to a Q4_0
-# GGUF and runs llama-bench in the same call. Logs go to OUT (default $OUT, else /tmp/h200-bench).
+# GGUF and runs llama-bench in the same call. Logs go to --out (default: the OUT environment variable,
+# else /tmp/h200-bench).
 #
-# Needs .synth/full.json (here: npx tsx scripts/synth-checkpoint.ts --manifest .synth/full.json) and,
-# with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh): pass both in `carry`.
+# Needs .synth/full.json (made where Node is: npx tsx scripts/synth-checkpoint.ts --manifest
+# .synth/full.json) and, with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh):
+# both are git-ignored, so copy them with the working tree.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
 Usage: bench/gpu/h200-bench.sh [--out DIR] [--synth DIR] [--peer] [--skip-checks] [--decode N]
 
-  --out DIR       logs and results (default: $OUT, else /tmp/h200-bench)
+  --out DIR       logs and results (default: the OUT environment variable, else /tmp/h200-bench)
   --synth DIR     where the synthetic checkpoint is written, or reused if complete (default /tmp/synth)
   --peer          also build llama.cpp, write the Q4_0 GGUF and run llama-bench (same call)
   --skip-checks   skip moelens-gpu-check and the fixture agreement
@@ -37,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "h200-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (carry it)" >&2; exit 2; }
+[[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (copy it with the working tree)" >&2; exit 2; }
 if [[ $peer == 1 && ! -f .peer/llama-cpp-src.tar.xz ]]; then
   echo "h200-bench.sh: --peer needs .peer/llama-cpp-src.tar.xz (carry it)" >&2
   exit 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the llama.cpp CUDA peer (llama-bench only) on the GPU machine, from the source subset that
-# scripts/peer/llama-cpp-subset.sh packs here and the run carries there (.peer/ is git-ignored).
-# Run from the repository root on the H200; see docs/metal.md, "On the H200".
+# Builds the llama.cpp CUDA peer (llama-bench only) on a CUDA machine without internet access, from the
+# source subset that scripts/peer/llama-cpp-subset.sh packs (.peer/ is git-ignored; copy it with the
+# working tree). Run from the repository root; see docs/metal.md, "Benchmarking on a CUDA GPU".
 set -euo pipefail
 
 usage() {

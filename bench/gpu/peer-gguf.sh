@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes the llama.cpp peer's GGUF of a checkpoint on the GPU machine (no Node there): runs
+# Writes the llama.cpp peer's GGUF of a checkpoint on a machine without Node: runs
 # scripts/peer/gguf-from-checkpoint.py with one worker per core, with the gguf-py of the llama.cpp
 # source subset (.peer/llama-cpp-src.tar.xz, unpacked by bench/gpu/llama-cuda.sh or here).
 set -euo pipefail
