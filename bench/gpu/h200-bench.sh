@@ -41,7 +41,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (copy it with the working tree)" >&2; exit 2; }
 if [[ $peer == 1 && ! -f .peer/llama-cpp-src.tar.xz ]]; then
-  echo "h200-bench.sh: --peer needs .peer/llama-cpp-src.tar.xz (carry it)" >&2
+  echo "h200-bench.sh: --peer needs .peer/llama-cpp-src.tar.xz (copy it with the working tree)" >&2
   exit 2
 fi
 mkdir -p "$out"

@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 die() { echo "llama-cuda.sh: $*" >&2; exit 1; }
-[[ -f "$src_tar" ]] || die "$src_tar not found: run scripts/peer/llama-cpp-subset.sh here and carry .peer/llama-cpp-src.tar.xz"
+[[ -f "$src_tar" ]] || die "$src_tar not found: run scripts/peer/llama-cpp-subset.sh and copy .peer/llama-cpp-src.tar.xz with the working tree"
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 command -v nvcc >/dev/null || die "nvcc not found (PATH or /usr/local/cuda/bin)"
 command -v cmake >/dev/null || die "cmake not found"
