@@ -1,4 +1,4 @@
-// The CPU benchmark of issue 8: moelens (through the SDK, the configuration the parity tests check)
+// The CPU benchmark: moelens (through the SDK, the configuration the parity tests check)
 // and, with --gguf, llama.cpp's llama-bench on the same weights, in one run on one machine, with the
 // machine's read bandwidth measured in the same run. See docs/performance.md.
 import { execFileSync } from "node:child_process";
@@ -6,13 +6,14 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { parseArgs } from "node:util";
-import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight, type DecodeTraffic } from "./decode-traffic";
+import type { BenchResult, MoelensRow } from "./bench-result";
+import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight } from "./decode-traffic";
 import { medianOfRounds, runLlamaBench, type LlamaResult } from "./llama-peer";
 import type { WorkerResult } from "./moelens-worker";
 import { precisions as precisionNames, type Precision } from "../sdk/model";
 import { pageIn } from "./page-in";
-import { peerRatios, type PeerRatio } from "./peer-ratios";
-import { measureReadBandwidth, type ReadBandwidth } from "./read-bandwidth";
+import { peerRatios } from "./peer-ratios";
+import { measureReadBandwidth } from "./read-bandwidth";
 import { renderMarkdown, replaceDocSection } from "./report-markdown";
 import { runMeasured } from "./run-measured";
 import { median, spread } from "./stats";
@@ -28,9 +29,9 @@ time, in huge-page folios: bench/page-in.c), so that neither engine reads from d
 evicted.
 
 Options:
-  --model DIR          checkpoint folder (e.g. /work/scratch/qwen36-synth)
+  --model DIR          checkpoint folder (e.g. one written by scripts/synth-checkpoint.ts)
   --gguf FILE          the same weights as GGUF (scripts/peer/gguf-from-checkpoint.py) to run llama-bench on
-  --llama-bench PATH   llama-bench binary (default /work/scratch/llama.cpp/build/bin/llama-bench)
+  --llama-bench PATH   llama-bench binary (default ~/.cache/moelens/llama.cpp/build/bin/llama-bench)
   --llama-reps N       llama-bench repetitions per round (default 3)
   --prompts LIST       prompt lengths, comma-separated (default 128,512)
   --decode N           decode steps per measurement (default 64)
@@ -43,41 +44,10 @@ Options:
                        (reduced precision: integer activations, docs/performance.md)
   --json OUT           write the full results as JSON
   --markdown OUT       write the Markdown table
-  --doc FILE           replace the table between the cpu-bench markers in FILE (docs/performance.md)
+  --doc FILE           replace the table between the cpu-bench markers in FILE
   --help               this text`;
 
-const DRIFT_LIMIT = 0.03; // Lily refuses rows that drift more than 3 % between rounds
-
-export interface MoelensRow {
-  precision: Precision;
-  prompt: number;
-  rounds: WorkerResult[];
-  prefillTokPerSec: number; // median over rounds
-  decodeTokPerSec: number;
-  drift: number; // largest relative spread of prefill or decode between rounds
-  tokensAgree: boolean; // every round decoded the same greedy tokens
-  peakRssBytes: number;
-  decodeBytesPerToken: number; // at the mean context of the decode steps
-  decodeBandwidthFraction: number;
-}
-
-export interface BenchResult {
-  date: string;
-  command: string;
-  machine: { cpu: string; cores: number; memoryGiB: number; kernel: string; node: string; isa: string[] };
-  loadAverage: { start: number; end: number }; // 1-minute load: other processes competing for the cores
-  moelensCommit: string | null;
-  model: { dir: string; weightBytes: number };
-  threads: number;
-  decodeSteps: number;
-  bandwidth: { before: ReadBandwidth; after: ReadBandwidth; gbPerSec: number };
-  traffic: DecodeTraffic;
-  decodeBytesPerTokenZeroContext: number;
-  moelens: MoelensRow[];
-  llama: (LlamaResult & { decodeBytesPerToken: number; decodeBandwidthFraction: number }) | null;
-  // One entry per moelens precision (bench/peer-ratios.ts).
-  ratios: PeerRatio<Precision>[] | null;
-}
+const DRIFT_LIMIT = 0.03; // rows that drift more than 3 % between rounds are flagged, as Lily's method does
 
 function intList(name: string, text: string): number[] {
   const list = text.split(",").map((s) => Number(s.trim()));
@@ -151,7 +121,7 @@ async function main(): Promise<void> {
     options: {
       model: { type: "string" },
       gguf: { type: "string" },
-      "llama-bench": { type: "string", default: "/work/scratch/llama.cpp/build/bin/llama-bench" },
+      "llama-bench": { type: "string", default: path.join(os.homedir(), ".cache/moelens/llama.cpp/build/bin/llama-bench") },
       "llama-reps": { type: "string", default: "3" },
       prompts: { type: "string", default: "128,512" },
       decode: { type: "string", default: "64" },

@@ -1,7 +1,7 @@
 // Bytes a batch-1 decode step must move through memory, from a checkpoint's config.json: every
 // weight the token touches (at its stored bits per weight), the DeltaNet fp32 state read and written,
-// and the K/V of the context. This is the arithmetic of ../shared/docs/performance-anchors.md
-// ("Ceilings"): 1.795 GB per token at zero context for Qwen3.6-35B-A3B in MLX 4-bit g64.
+// and the K/V of the context: 1.795 GB per token at zero context for Qwen3.6-35B-A3B in MLX 4-bit g64
+// (docs/performance.md, "Method").
 
 /** The parts of config.json's text config that size a decode step. */
 export interface DecodeShape {

@@ -1,6 +1,6 @@
 // The Markdown table of a bench/cpu-bench.ts run, and its place in docs/performance.md (between the
 // cpu-bench markers, so re-running the benchmark with --doc replaces the table and nothing else).
-import type { BenchResult } from "./cpu-bench";
+import type { BenchResult } from "./bench-result";
 
 export const DOC_START = "<!-- cpu-bench:start -->";
 export const DOC_END = "<!-- cpu-bench:end -->";

@@ -113,7 +113,14 @@ function unsupported(file: ts.SourceFile, node: ts.Node, fileName: string, what:
   throw new CellSyntaxError([d], fileName);
 }
 
-export function compileCell(source: string, fileName: string): CompiledCell {
+/** The cell compiled to JavaScript by TypeScript, with the map back to the cell. */
+interface Transpiled {
+  js: string;
+  map: SourceMap;
+  jsFile: ts.SourceFile;
+}
+
+function transpile(source: string, fileName: string): Transpiled {
   const out = ts.transpileModule(source, {
     compilerOptions: TRANSPILE_OPTIONS,
     fileName: "cell.ts",
@@ -121,87 +128,116 @@ export function compileCell(source: string, fileName: string): CompiledCell {
   });
   if (out.diagnostics && out.diagnostics.length > 0) throw new CellSyntaxError(out.diagnostics, fileName);
   const js = out.outputText.replace(/\n\/\/# sourceMappingURL=.*\s*$/, "\n");
-  const map = new SourceMap(out.sourceMapText!);
-  const jsFile = ts.createSourceFile("cell.js", js, ts.ScriptTarget.ES2022, true, ts.ScriptKind.JS);
-  const edits = new EditList(jsFile);
-  const hoisted = new Set<string>();
-  const functions: string[] = [];
-
-  const stripExport = (node: ts.Node) => {
-    for (const m of ts.canHaveModifiers(node) ? (ts.getModifiers(node) ?? []) : []) {
-      if (m.kind === ts.SyntaxKind.DefaultKeyword) unsupported(jsFile, node, fileName, "`export default`");
-      if (m.kind === ts.SyntaxKind.ExportKeyword) edits.replace(m, "");
-    }
+  return {
+    js,
+    map: new SourceMap(out.sourceMapText!),
+    jsFile: ts.createSourceFile("cell.js", js, ts.ScriptTarget.ES2022, true, ts.ScriptKind.JS),
   };
+}
 
-  let last: ts.Statement | undefined;
-  for (const s of jsFile.statements) {
-    last = s;
+/**
+ * The edits that turn the cell's top-level statements into assignments to shared names: what they
+ * declare (`hoisted`), the functions to copy to the global object, and the last statement that
+ * emits code (whose value the cell may return).
+ */
+class TopLevelRewriter {
+  readonly hoisted = new Set<string>();
+  readonly functions: string[] = [];
+  last: ts.Statement | undefined;
+
+  constructor(
+    private readonly jsFile: ts.SourceFile,
+    private readonly fileName: string,
+    private readonly edits: EditList,
+  ) {}
+
+  rewrite(): void {
+    for (const s of this.jsFile.statements) {
+      this.last = s;
+      this.statement(s);
+    }
+  }
+
+  private statement(s: ts.Statement): void {
+    const { jsFile, fileName, edits } = this;
     if (ts.isImportDeclaration(s)) {
-      const from = `require(${s.moduleSpecifier.getText(jsFile)})`;
-      const parts: string[] = [];
-      const clause = s.importClause;
-      if (clause?.name) {
-        hoisted.add(clause.name.text);
-        parts.push(`${clause.name.text} = ${CONTEXT_PARAM}.importDefault(${from})`);
-      }
-      const bindings = clause?.namedBindings;
-      if (bindings && ts.isNamespaceImport(bindings)) {
-        hoisted.add(bindings.name.text);
-        parts.push(`${bindings.name.text} = ${from}`);
-      } else if (bindings) {
-        const fields = bindings.elements.map((e) => {
-          hoisted.add(e.name.text);
-          return `${(e.propertyName ?? e.name).getText(jsFile)}: ${e.name.text}`;
-        });
-        parts.push(`({ ${fields.join(", ")} } = ${from})`);
-      }
-      if (parts.length === 0) parts.push(from);
-      edits.replace(s, `;${parts.join(", ")};${newlines(s.getText(jsFile))}`);
+      this.importDeclaration(s);
     } else if (ts.isExportDeclaration(s)) {
       const empty = !s.moduleSpecifier && s.exportClause && ts.isNamedExports(s.exportClause) && s.exportClause.elements.length === 0;
       if (!empty) unsupported(jsFile, s, fileName, "`export`");
       edits.replace(s, "");
-      if (last === s) last = undefined;
+      if (this.last === s) this.last = undefined;
     } else if (ts.isExportAssignment(s)) {
       unsupported(jsFile, s, fileName, "`export default`");
     } else if (ts.isVariableStatement(s)) {
-      stripExport(s);
-      const list = s.declarationList;
-      const kind = list.flags & ts.NodeFlags.BlockScoped;
-      // `using` disposes at the end of the cell, so it stays local to it.
-      if (kind === ts.NodeFlags.Using || kind === ts.NodeFlags.AwaitUsing) continue;
-      const keyword = list.getStart(jsFile);
-      const isLet = kind === ts.NodeFlags.Let;
-      const keywordLength = kind === ts.NodeFlags.Const ? 5 : 3;
-      edits.replace({ start: keyword, end: keyword + keywordLength }, ";(");
-      for (const d of list.declarations) {
-        bindingNames(d.name).forEach((n) => hoisted.add(n));
-        // `let x;` run again must reset x, as a fresh declaration would.
-        if (!d.initializer && isLet) edits.insert(d.end, " = void 0");
-      }
-      edits.insert(list.end, ")");
+      this.stripExport(s);
+      this.variableStatement(s);
     } else if (ts.isFunctionDeclaration(s) && s.name) {
-      stripExport(s);
-      hoisted.add(s.name.text);
-      functions.push(s.name.text);
+      this.stripExport(s);
+      this.hoisted.add(s.name.text);
+      this.functions.push(s.name.text);
     } else if (ts.isClassDeclaration(s) && s.name) {
-      stripExport(s);
-      hoisted.add(s.name.text);
+      this.stripExport(s);
+      this.hoisted.add(s.name.text);
       edits.insert(s.end, `;${CONTEXT_PARAM}.g.${s.name.text} = ${s.name.text};`);
     } else {
-      stripExport(s);
+      this.stripExport(s);
     }
   }
 
-  const jsStarts = lineStarts(js);
-  const hasValue = last !== undefined && ts.isExpressionStatement(last) && lastIsExpression(source, map, jsStarts, last, jsFile);
-  if (hasValue) {
-    const e = (last as ts.ExpressionStatement).expression;
-    edits.insert(e.getStart(jsFile), "return (");
-    edits.insert(e.end, ")");
+  private stripExport(node: ts.Node): void {
+    for (const m of ts.canHaveModifiers(node) ? (ts.getModifiers(node) ?? []) : []) {
+      if (m.kind === ts.SyntaxKind.DefaultKeyword) unsupported(this.jsFile, node, this.fileName, "`export default`");
+      if (m.kind === ts.SyntaxKind.ExportKeyword) this.edits.replace(m, "");
+    }
   }
 
+  // `import { a as b } from "m"` -> `;({ a: b } = require("m"));`, on the import's own lines.
+  private importDeclaration(s: ts.ImportDeclaration): void {
+    const jsFile = this.jsFile;
+    const from = `require(${s.moduleSpecifier.getText(jsFile)})`;
+    const parts: string[] = [];
+    const clause = s.importClause;
+    if (clause?.name) {
+      this.hoisted.add(clause.name.text);
+      parts.push(`${clause.name.text} = ${CONTEXT_PARAM}.importDefault(${from})`);
+    }
+    const bindings = clause?.namedBindings;
+    if (bindings && ts.isNamespaceImport(bindings)) {
+      this.hoisted.add(bindings.name.text);
+      parts.push(`${bindings.name.text} = ${from}`);
+    } else if (bindings) {
+      const fields = bindings.elements.map((e) => {
+        this.hoisted.add(e.name.text);
+        return `${(e.propertyName ?? e.name).getText(jsFile)}: ${e.name.text}`;
+      });
+      parts.push(`({ ${fields.join(", ")} } = ${from})`);
+    }
+    if (parts.length === 0) parts.push(from);
+    this.edits.replace(s, `;${parts.join(", ")};${newlines(s.getText(jsFile))}`);
+  }
+
+  // `const a = 1, b = 2` -> `;( a = 1, b = 2)`.
+  private variableStatement(s: ts.VariableStatement): void {
+    const list = s.declarationList;
+    const kind = list.flags & ts.NodeFlags.BlockScoped;
+    // `using` disposes at the end of the cell, so it stays local to it.
+    if (kind === ts.NodeFlags.Using || kind === ts.NodeFlags.AwaitUsing) return;
+    const keyword = list.getStart(this.jsFile);
+    const isLet = kind === ts.NodeFlags.Let;
+    const keywordLength = kind === ts.NodeFlags.Const ? 5 : 3;
+    this.edits.replace({ start: keyword, end: keyword + keywordLength }, ";(");
+    for (const d of list.declarations) {
+      bindingNames(d.name).forEach((n) => this.hoisted.add(n));
+      // `let x;` run again must reset x, as a fresh declaration would.
+      if (!d.initializer && isLet) this.edits.insert(d.end, " = void 0");
+    }
+    this.edits.insert(list.end, ")");
+  }
+}
+
+/** Wraps the script in the async function that receives the cell context, after the shared `var`s. */
+function wrapInAsyncFunction(js: string, edits: EditList, hoisted: Set<string>, functions: string[]): void {
   const context = `globalThis[Symbol.for("moelens.cell")]`;
   const prefix =
     (hoisted.size > 0 ? `var ${[...hoisted].join(", ")}; ` : "") +
@@ -209,28 +245,52 @@ export function compileCell(source: string, fileName: string): CompiledCell {
     functions.map((f) => `${CONTEXT_PARAM}.g.${f} = ${f}; `).join("");
   edits.edits.unshift({ start: 0, end: 0, text: prefix }); // before any other edit at offset 0
   edits.insert(js.length, `\n})(${context}, ${context}.require)`);
+}
 
-  const sorted = edits.edits.map((e, i) => ({ ...e, i })).sort((a, b) => a.start - b.start || a.i - b.i);
+/** The edited text, and the edits in the order applied (by offset, then by the order they were made). */
+function applyEdits(js: string, edits: readonly Edit[]): { script: string; applied: Edit[] } {
+  const applied = edits.map((e, i) => ({ ...e, i })).sort((a, b) => a.start - b.start || a.i - b.i);
   let script = "";
   let at = 0;
-  for (const e of sorted) {
+  for (const e of applied) {
     script += js.slice(at, e.start) + e.text;
     at = Math.max(at, e.end);
   }
   script += js.slice(at);
+  return { script, applied };
+}
+
+/** Maps an offset in the edited script back to the JavaScript: text an edit inserted maps to its start. */
+function scriptToJsOffset(applied: readonly Edit[], offset: number): number {
+  let delta = 0;
+  for (const e of applied) {
+    const finalStart = e.start + delta;
+    if (offset < finalStart) break;
+    if (offset < finalStart + e.text.length) return e.start;
+    delta += e.text.length - (e.end - e.start);
+  }
+  return offset - delta;
+}
+
+export function compileCell(source: string, fileName: string): CompiledCell {
+  const { js, map, jsFile } = transpile(source, fileName);
+  const edits = new EditList(jsFile);
+  const rewriter = new TopLevelRewriter(jsFile, fileName, edits);
+  rewriter.rewrite();
+
+  const jsStarts = lineStarts(js);
+  const last = rewriter.last;
+  const hasValue = last !== undefined && ts.isExpressionStatement(last) && lastIsExpression(source, map, jsStarts, last, jsFile);
+  if (hasValue) {
+    const e = (last as ts.ExpressionStatement).expression;
+    edits.insert(e.getStart(jsFile), "return (");
+    edits.insert(e.end, ")");
+  }
+  wrapInAsyncFunction(js, edits, rewriter.hoisted, rewriter.functions);
+  const { script, applied } = applyEdits(js, edits.edits);
 
   const scriptStarts = lineStarts(script);
   const sourceStarts = lineStarts(source);
-  const toJsOffset = (offset: number): number => {
-    let delta = 0;
-    for (const e of sorted) {
-      const finalStart = e.start + delta;
-      if (offset < finalStart) break;
-      if (offset < finalStart + e.text.length) return e.start;
-      delta += e.text.length - (e.end - e.start);
-    }
-    return offset - delta;
-  };
   return {
     fileName,
     source,
@@ -238,7 +298,7 @@ export function compileCell(source: string, fileName: string): CompiledCell {
     hasValue,
     toSource(line, column) {
       if (line < 1 || line > scriptStarts.length) return undefined;
-      const jsOffset = toJsOffset(scriptStarts[line - 1] + column - 1);
+      const jsOffset = scriptToJsOffset(applied, scriptStarts[line - 1] + column - 1);
       const original = map.original(positionOf(jsStarts, Math.min(jsOffset, js.length)));
       if (!original || original.line >= sourceStarts.length) return undefined;
       return original;

@@ -1,7 +1,7 @@
 // The tensor inventory and config files of a synthetic mlx-community (MLX affine 4-bit) qwen3_5_moe
 // checkpoint: every tensor's name, dtype, shape and how its random values are drawn, in file order.
 // The writer (scripts/synth-writer.ts) and the tests both read this, so it is the one place that
-// says what "the exact mlx-community layout of Qwen3.6-35B-A3B" is (model-reference.md §1, §2.2, §4).
+// says what "the exact mlx-community layout of Qwen3.6-35B-A3B" is (docs/model.md §1, §2.2, §4).
 
 export interface SynthPreset {
   name: string;
@@ -23,7 +23,7 @@ export interface SynthPreset {
   sharedIntermediate: number;
   maxPositions: number;
   mropeSection: number[];
-  /** Id of <|endoftext|>; the other special ids follow it in the published order (model-reference.md §5). */
+  /** Id of <|endoftext|>; the other special ids follow it in the published order (docs/model.md §5). */
   endOfTextId: number;
   /** A new shard starts when the next tensor would take the current one past this (mlx: 5 GiB). */
   shardBytes: number;
@@ -133,7 +133,7 @@ export function getPreset(name: string): SynthPreset {
 }
 
 // An MLX quantized Linear/Embedding/SwitchLinear: weight U32 [..., out, in·bits/32], scales and biases
-// BF16 [..., out, in/64] (model-reference.md §4.1).
+// BF16 [..., out, in/64] (docs/model.md §4.1).
 function quantized(module: string, lead: number[], out: number, inDim: number, bits: number): TensorSpec[] {
   if (inDim % GROUP_SIZE !== 0) throw new Error(`${module}: input dim ${inDim} is not a multiple of ${GROUP_SIZE}`);
   const groups = [...lead, out, inDim / GROUP_SIZE];
@@ -244,7 +244,7 @@ export function planShards(tensors: TensorSpec[], maxBytes: number): Shard[] {
   }));
 }
 
-/** Special token ids, in the published order starting at <|endoftext|> (model-reference.md §5). */
+/** Special token ids, in the published order starting at <|endoftext|> (docs/model.md §5). */
 export function specialTokens(p: SynthPreset) {
   const eot = p.endOfTextId;
   return {

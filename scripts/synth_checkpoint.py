@@ -1,5 +1,5 @@
-"""Writes the synthetic checkpoint that scripts/synth-checkpoint.ts plans, on machines without Node
-(the GPU machine): `npx tsx scripts/synth-checkpoint.ts --manifest plan.json` here, then
+"""Writes the synthetic checkpoint that scripts/synth-checkpoint.ts plans, on machines without Node:
+`npx tsx scripts/synth-checkpoint.ts --manifest plan.json` where Node is, then
 `python3 scripts/synth_checkpoint.py plan.json OUT_DIR [--seed N]` there. Same files, tensor names,
 dtypes, shapes, sharding and config; values drawn from the same distributions with numpy's generator
 (so not byte-identical to the Node writer): shard i from its own stream (seed, i), so the shards are

@@ -1,6 +1,7 @@
 // moelens: step through a hybrid MoE / Gated DeltaNet language model and see what it does.
 export { load, Model, embeddedModelDir, type LoadOptions, type BackendName, type Precision, precisions } from "./model";
-export { Session, type ForwardOptions, type ForwardResult, type CaptureName } from "./session";
+export { Session } from "./session";
+export type { ForwardOptions, ForwardResult, CaptureName } from "./forward";
 export { Tensor, type TensorData } from "./tensor";
 export type { ModelConfig } from "./config";
 export { RouterTrace } from "./trace/router";

@@ -1,6 +1,7 @@
 // A session over one sequence: prefill, decode token by token, capture what the model does, change
 // it with interventions, fork to branch, reset.
 import type { ModelConfig } from "./config";
+import { captureNames, type ForwardOptions, type ForwardResult, type ForwardSession } from "./forward";
 import type { Intervention } from "./intervene/interventions";
 import { topK, unembed, type LensTop } from "./lens";
 import type { NativeForwardResult, NativeModel, NativeSession } from "./native";
@@ -17,40 +18,6 @@ import { DeltaNetTrace } from "./trace/deltanet";
 import { ExpertLoad } from "./trace/expert-load";
 import { RouterTrace } from "./trace/router";
 import type { TokenSpan } from "./trace/span";
-
-/** What a forward call can record besides logits. Capture is opt-in: what is not asked for costs nothing. */
-export type CaptureName = "router" | "residual" | "residual-mid" | "deltanet" | "attention-gate";
-const CAPTURE_NAMES: readonly CaptureName[] = ["router", "residual", "residual-mid", "deltanet", "attention-gate"];
-
-export interface ForwardOptions {
-  /** "last" (default): logits of the last position; "all": every position; "none": skip the lm_head. */
-  logits?: "all" | "last" | "none";
-  /** Traces to record during this call. */
-  capture?: CaptureName[];
-  /** Attention weights of these attention layers (and heads; default all), refused past 512 MiB. */
-  attention?: { layers: number[]; heads?: number[] };
-  /** Edits applied during this call only (on top of the session's persistent ones). */
-  interventions?: Intervention[];
-  /** Cancels the call between chunks of tokens; the session then holds the tokens fed so far. */
-  signal?: AbortSignal;
-}
-
-export interface ForwardResult {
-  /** Tokens fed by this call. */
-  tokens: number;
-  /** Their ids and the position of the first. */
-  span: TokenSpan;
-  /** [T, vocab] with logits: "all", [1, vocab] with "last", [0, vocab] with "none". */
-  logits: Tensor<Float32Array>;
-  router?: RouterTrace;
-  /** [layers, T, hidden] residual stream after each layer */
-  residual?: Tensor<Float32Array>;
-  /** [layers, T, hidden] residual stream after each layer's attention or DeltaNet sublayer */
-  residualMid?: Tensor<Float32Array>;
-  deltanet?: DeltaNetTrace;
-  attention?: AttentionTrace;
-  attentionGate?: AttentionGateTrace;
-}
 
 /** What a session needs from its model. */
 export interface SessionContext {
@@ -80,7 +47,7 @@ function toIds(ids: ArrayLike<number>, vocab: number): Int32Array {
   return out;
 }
 
-export class Session {
+export class Session implements ForwardSession {
   private readonly persistent = new Set<Intervention>();
   private load?: ExpertLoad;
 
@@ -231,8 +198,8 @@ export class Session {
   private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
     const capture = new Set(options.capture ?? []);
     for (const name of capture) {
-      if (!CAPTURE_NAMES.includes(name)) {
-        throw new TypeError(`unknown capture '${name}' (known: ${CAPTURE_NAMES.join(", ")})`);
+      if (!captureNames.includes(name)) {
+        throw new TypeError(`unknown capture '${name}' (known: ${captureNames.join(", ")})`);
       }
     }
     const signal = options.signal;

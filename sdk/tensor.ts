@@ -1,5 +1,6 @@
 // A dense row-major tensor over a typed array: what every capture and every logits result is.
-import { tensorMimeBundle } from "./display/tensor-view";
+import { viewMimeBundle } from "./display/views";
+
 export type TensorData = Float32Array | Int32Array;
 
 export class Tensor<D extends TensorData = TensorData> {
@@ -78,7 +79,7 @@ export class Tensor<D extends TensorData = TensorData> {
 
   /** Notebook display: dtype, shape and a preview of the values. */
   toMimeBundle(): Record<string, unknown> {
-    return tensorMimeBundle(this);
+    return viewMimeBundle(this);
   }
 
   private checkAxis(axis: number): void {

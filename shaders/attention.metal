@@ -1,5 +1,5 @@
 // Gated full attention: q/k RMSNorm + partial NeoX RoPE, and causal GQA attention over the KV cache,
-// split over chunks of key positions (flash-decoding) with a log-sum-exp combine (model-reference.md §2.4).
+// split over chunks of key positions (flash-decoding) with a log-sum-exp combine (docs/model.md §2.4).
 #include <metal_stdlib>
 using namespace metal;
 #include "common.h"

@@ -1,5 +1,5 @@
 // Gated DeltaNet: the depthwise causal conv + SiLU, and the gated delta rule with an fp32 state
-// (model-reference.md §2.3).
+// (docs/model.md §2.3).
 #include <metal_stdlib>
 using namespace metal;
 #include "common.h"

@@ -1,6 +1,6 @@
-// The bytes-per-token arithmetic of bench/cpu-bench.ts against the anchor figures of
-// ../shared/docs/performance-anchors.md for the Qwen3.6-35B-A3B shape in MLX 4-bit g64
-// (router and shared-expert gate 8-bit), and the synthetic prompt.
+// The bytes-per-token arithmetic of bench/cpu-bench.ts against figures worked out by hand for the
+// Qwen3.6-35B-A3B shape in MLX 4-bit g64 (router and shared-expert gate 8-bit), and the synthetic
+// prompt.
 import { describe, expect, it } from "vitest";
 import { decodeBytesPerToken, decodeShape, decodeTraffic, mlxBitsPerWeight } from "../bench/decode-traffic";
 import { syntheticPrompt } from "../bench/synthetic-prompt";
@@ -32,7 +32,7 @@ describe("decode bytes per token", () => {
   const config = qwen36Config(true);
   const traffic = decodeTraffic(decodeShape(config), mlxBitsPerWeight(config));
 
-  it("reproduces the anchor's parts for the 35B-A3B shape at 4.5 bits per weight", () => {
+  it("gives each part of a 35B-A3B decode step at 4.5 bits per weight", () => {
     expect(traffic.deltanet / MB).toBeCloseTo(568.4, 1);
     expect(traffic.routedExperts / MB).toBeCloseTo(566.2, 1);
     expect(traffic.lmHead / MB).toBeCloseTo(286.1, 1);

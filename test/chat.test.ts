@@ -1,5 +1,5 @@
-// Chat prompts rendered by our ChatTemplate equal transformers' apply_chat_template (recorded on the
-// GPU machine) for every conversation of test/data/chat-conversations.json.
+// Chat prompts rendered by our ChatTemplate equal transformers' apply_chat_template (recorded by
+// scripts/tokenizer-reference/record.py) for every conversation of test/data/chat-conversations.json.
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";

@@ -1,4 +1,4 @@
-// The embedded default model (models/moelens-tiny, issue 4), run by our CPU backend: what load()
+// The embedded default model (models/moelens-tiny), run by our CPU backend: what load()
 // opens with no argument, its held-out perplexity against the transformers figure recorded when it was
 // trained, live and domain-dependent routing, and English-like greedy text.
 import * as fs from "node:fs";

@@ -1,4 +1,4 @@
-// The synthetic mlx-community checkpoint: the full Qwen3.6-35B-A3B inventory matches model-reference.md
+// The synthetic mlx-community checkpoint: the full Qwen3.6-35B-A3B inventory matches docs/model.md
 // §1/§4 (names, shapes, dtypes, sharding, config), and the tiny preset, written to disk by the same writer,
 // has the promised headers and value ranges and loads and decodes through moelens.
 import * as crypto from "node:crypto";
@@ -26,7 +26,7 @@ describe("full preset (Qwen3.6-35B-A3B, mlx-community 4-bit)", () => {
   const inv = byName(specs);
   const L = "language_model.model.layers.";
 
-  // model-reference.md §4.2: quantized modules as [weight U32 shape, scales/biases BF16 shape].
+  // docs/model.md §4.2: quantized modules as [weight U32 shape, scales/biases BF16 shape].
   const quantized: [string, number[], number[]][] = [
     ["language_model.model.embed_tokens", [248320, 256], [248320, 32]],
     ["language_model.lm_head", [248320, 256], [248320, 32]],

@@ -1,4 +1,4 @@
-// Tokenizer parity: ids, offsets and decodings equal Python `tokenizers` (recorded on the GPU machine)
+// Tokenizer parity: ids, offsets and decodings equal Python `tokenizers` (scripts/tokenizer-reference)
 // for every string of test/data/tokenizer-corpus.json, for every tokenizer in test/data/tokenizer-dirs.json.
 import * as fs from "node:fs";
 import * as path from "node:path";

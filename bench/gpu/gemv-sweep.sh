@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decode speed of the CUDA backend built with other GEMV shapes (shaders/params.h: GEMV_ROWS,
-# GEMV_UNROLL, GEMV_TARGET_THREADGROUPS, MOE_DOWN_UNROLL, GEMV_SIMDGROUPS/GEMV_THREADS), on the H200 after
+# GEMV_UNROLL, GEMV_TARGET_THREADGROUPS, MOE_DOWN_UNROLL, GEMV_SIMDGROUPS/GEMV_THREADS), on a CUDA GPU after
 # `bench/gpu/h200-bench.sh` has written the checkpoint. Each variant is a list of -D definitions;
 # the variants build in parallel, then each runs `moelens-gpu-bench speed` in turn.
 # Usage: bench/gpu/gemv-sweep.sh SYNTH_DIR OUT_DIR "GEMV_ROWS=4u" "GEMV_UNROLL=8u" ...

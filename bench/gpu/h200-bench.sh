@@ -6,8 +6,9 @@
 # per-kernel profile at 4,096 tokens) and decode; with --peer, also builds llama.cpp (CUDA), converts
 # the same weights to a Q4_0 GGUF and runs llama-bench in the same call. Logs go to --out.
 #
-# Needs .synth/full.json (here: npx tsx scripts/synth-checkpoint.ts --manifest .synth/full.json) and,
-# with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh): pass both in `carry`.
+# Needs .synth/full.json (made where Node is: npx tsx scripts/synth-checkpoint.ts --manifest
+# .synth/full.json) and, with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh):
+# both are git-ignored, so copy them with the working tree.
 set -euo pipefail
 
 usage() {
@@ -38,9 +39,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "h200-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (carry it)" >&2; exit 2; }
+[[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (copy it with the working tree)" >&2; exit 2; }
 if [[ $peer == 1 && ! -f .peer/llama-cpp-src.tar.xz ]]; then
-  echo "h200-bench.sh: --peer needs .peer/llama-cpp-src.tar.xz (carry it)" >&2
+  echo "h200-bench.sh: --peer needs .peer/llama-cpp-src.tar.xz (copy it with the working tree)" >&2
   exit 2
 fi
 mkdir -p "$out"

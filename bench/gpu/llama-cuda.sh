@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the llama.cpp CUDA peer (llama-bench only) on the GPU machine, from the source subset that
-# scripts/peer/llama-cpp-subset.sh packs here and the run carries there (.peer/ is git-ignored).
-# Run from the repository root on the H200; see docs/metal.md, "On the H200".
+# Builds the llama.cpp CUDA peer (llama-bench only) on a CUDA machine without internet access, from the
+# source subset that scripts/peer/llama-cpp-subset.sh packs (.peer/ is git-ignored; copy it with the
+# working tree). Run from the repository root; see docs/metal.md, "Benchmarking on a CUDA GPU".
 set -euo pipefail
 
 usage() {
@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 die() { echo "llama-cuda.sh: $*" >&2; exit 1; }
-[[ -f "$src_tar" ]] || die "$src_tar not found: run scripts/peer/llama-cpp-subset.sh here and carry .peer/llama-cpp-src.tar.xz"
+[[ -f "$src_tar" ]] || die "$src_tar not found: run scripts/peer/llama-cpp-subset.sh and copy .peer/llama-cpp-src.tar.xz with the working tree"
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 command -v nvcc >/dev/null || die "nvcc not found (PATH or /usr/local/cuda/bin)"
 command -v cmake >/dev/null || die "cmake not found"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight Compute over one decode step's kernels (the H200 has ncu): per kernel its grid, duration,
+# Nsight Compute (ncu) over one decode step's kernels: per kernel its grid, duration,
 # DRAM throughput, occupancy and issue rate, after `bench/gpu/h200-bench.sh` has built the tools and
 # written the checkpoint. Usage: bench/gpu/ncu-decode.sh [SYNTH_DIR] [KERNELS] [COUNT] > report.txt
 set -euo pipefail

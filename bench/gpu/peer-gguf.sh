@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes the llama.cpp peer's GGUF of a checkpoint on the GPU machine (no Node there): runs
+# Writes the llama.cpp peer's GGUF of a checkpoint on a machine without Node: runs
 # scripts/peer/gguf-from-checkpoint.py with one worker per core, with the gguf-py of the llama.cpp
 # source subset (.peer/llama-cpp-src.tar.xz, unpacked by bench/gpu/llama-cuda.sh or here).
 set -euo pipefail
@@ -40,7 +40,7 @@ python3 -c 'import numpy' 2>/dev/null || die "python3 with numpy is needed"
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 
 if [[ ! -f "$src_dir/gguf-py/gguf/__init__.py" ]]; then
-  [[ -f "$src_tar" ]] || die "no $src_dir/gguf-py and no $src_tar (run scripts/peer/llama-cpp-subset.sh here and carry .peer/)"
+  [[ -f "$src_tar" ]] || die "no $src_dir/gguf-py and no $src_tar (run scripts/peer/llama-cpp-subset.sh and copy .peer/ with the working tree)"
   mkdir -p "$src_dir"
   tar -xJf "$src_tar" -C "$src_dir" gguf-py LLAMA_CPP_VERSION
 fi

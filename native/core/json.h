@@ -1,6 +1,6 @@
 // A strict, bounded JSON reader for config files and safetensors headers.
 // Written here (not a dependency) because the core must build with nothing but a C++17 compiler on
-// Linux, macOS and the GPU machine, and because header parsing has to survive fuzzed input: it
+// Linux, macOS and GPU hosts without Node, and because header parsing has to survive fuzzed input: it
 // enforces a nesting limit, validates UTF-8 and never reads past the given text.
 #pragma once
 

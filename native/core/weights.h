@@ -64,7 +64,7 @@ struct LayerWeights {
 enum class CheckpointLayout { HF, MLX };
 
 struct ModelWeights {
-  CheckpointLayout layout;      // by the norm convention (conv1d layout), model-reference.md §4.3
+  CheckpointLayout layout;      // by the norm convention (conv1d layout), docs/model.md §4.3
   std::string prefix;           // of the text model's tensors, e.g. "model.language_model."
   LinearWeight embed, lm_head;  // [vocab, hidden]
   std::vector<float> final_norm;

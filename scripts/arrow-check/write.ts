@@ -1,5 +1,5 @@
 // Writes Arrow IPC files from real SDK traces plus the expected values as JSON, for check.py to read
-// back with pyarrow and pandas (on a machine that has them: the GPU machine).
+// back with pyarrow and pandas (on any machine that has them).
 // Usage: npx tsx scripts/arrow-check/write.ts OUT_DIR
 import * as fs from "node:fs";
 import * as path from "node:path";

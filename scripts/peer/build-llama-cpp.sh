@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the llama.cpp peer (llama-bench and our llama-probe) from the llama.cpp source that the npm
-# package node-llama-cpp ships as a git bundle, in a scratch folder outside the repository.
+# package node-llama-cpp ships as a git bundle, in a folder outside the repository.
 # llama.cpp's source and binaries must never enter the repository.
 set -euo pipefail
 
@@ -8,7 +8,7 @@ usage() {
   cat <<'EOF'
 Usage: scripts/peer/build-llama-cpp.sh [--dir DIR] [--jobs N]
 
-Unpacks node-llama-cpp@3.22.1's llama.cpp source into DIR/src (default /work/scratch/llama.cpp),
+Unpacks node-llama-cpp@3.22.1's llama.cpp source into DIR/src (default ~/.cache/moelens/llama.cpp),
 builds DIR/build/bin/llama-bench with the CPU flags of docs/performance.md (GGML_NATIVE off,
 AVX2/FMA/F16C/AVX-512 on, AMX off: native builds compile AMX code that dies with SIGILL on VMs
 without AMX) and compiles scripts/peer/llama-probe.cpp against it into DIR/build/bin/llama-probe.
@@ -19,7 +19,7 @@ EOF
 }
 
 NODE_LLAMA_CPP=node-llama-cpp@3.22.1
-dir=/work/scratch/llama.cpp
+dir="$HOME/.cache/moelens/llama.cpp"
 jobs=$(nproc)
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -34,7 +34,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 case "$dir/" in
-  "$repo"/*) echo "build-llama-cpp.sh: --dir $dir is inside the repository; use a scratch folder" >&2; exit 2 ;;
+  "$repo"/*) echo "build-llama-cpp.sh: --dir $dir is inside the repository; use a folder outside it" >&2; exit 2 ;;
 esac
 
 if [[ ! -f "$dir/src/CMakeLists.txt" ]]; then

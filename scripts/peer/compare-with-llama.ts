@@ -15,7 +15,7 @@ Options:
   --prompt N       prompt length (default 16)
   --decode N       greedy decode steps (default 16)
   --threads N      threads for both engines (default 2)
-  --probe PATH     llama-probe binary (default /work/scratch/llama.cpp/build/bin/llama-probe)
+  --probe PATH     llama-probe binary (default ~/.cache/moelens/llama.cpp/build/bin/llama-probe)
   --help           this text`;
 
 interface Closeness {
@@ -46,7 +46,7 @@ async function main(): Promise<void> {
       prompt: { type: "string", default: "16" },
       decode: { type: "string", default: "16" },
       threads: { type: "string", default: "2" },
-      probe: { type: "string", default: "/work/scratch/llama.cpp/build/bin/llama-probe" },
+      probe: { type: "string", default: path.join(os.homedir(), ".cache/moelens/llama.cpp/build/bin/llama-probe") },
       help: { type: "boolean", default: false },
     },
   });

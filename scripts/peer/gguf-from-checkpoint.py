@@ -4,7 +4,7 @@ architecture qwen35moe with the same weights: each tensor is dequantized to floa
 again (Q4_0 by default), one tensor (or 16 experts) at a time, so memory stays far below the model
 size. With --jobs N, N worker processes dequantize and quantize chunks (a tensor, or 16 experts) in
 parallel while this process writes them in order, at most 2N chunks in flight; the file is the same
-byte for byte whatever N. The GGUF writer and quantizers come from the gguf-py package of the scratch
+byte for byte whatever N. The GGUF writer and quantizers come from the gguf-py package of the
 llama.cpp source that scripts/peer/build-llama-cpp.sh unpacks (needs numpy)."""
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("model", help="checkpoint folder (config.json + safetensors)")
     p.add_argument("out", help="GGUF file to write (written as OUT.part, renamed when complete)")
     p.add_argument("--type", choices=TYPES, default="q4_0", help="weight matrix type (default q4_0)")
-    p.add_argument("--llama-cpp", default="/work/scratch/llama.cpp",
-                   help="scratch folder of build-llama-cpp.sh, whose src/gguf-py is used (default %(default)s)")
+    p.add_argument("--llama-cpp", default=os.path.expanduser("~/.cache/moelens/llama.cpp"),
+                   help="folder of build-llama-cpp.sh, whose src/gguf-py is used (default %(default)s)")
     p.add_argument("--gguf-py", default=None,
-                   help="llama.cpp's gguf-py folder, used instead of LLAMA_CPP/src/gguf-py (e.g. /tmp/llama-src/gguf-py "
+                   help="llama.cpp's gguf-py folder, used instead of LLAMA_CPP/src/gguf-py (e.g. the gguf-py folder "
                         "where bench/gpu/llama-cuda.sh unpacked the source)")
     p.add_argument("--name", default=None, help="general.name (default: the folder name)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Packs the part of the scratch llama.cpp source that a CUDA build of llama-bench needs (and gguf-py, for
-# scripts/peer/gguf-from-checkpoint.py) into one small tar.xz that a GPU machine without internet can be
-# given (docs/metal.md, "On the H200"). The tarball goes to .peer/, which is ignored through
+# Packs the part of the llama.cpp source (scripts/peer/build-llama-cpp.sh) that a CUDA build of
+# llama-bench needs (and gguf-py, for scripts/peer/gguf-from-checkpoint.py) into one small tar.xz that a
+# CUDA machine without internet access can be given (docs/metal.md, "Benchmarking on a CUDA GPU"). The tarball goes to .peer/, which is ignored through
 # .git/info/exclude: llama.cpp's source must never be committed.
 set -euo pipefail
 
@@ -10,7 +10,7 @@ usage() {
 Usage: scripts/peer/llama-cpp-subset.sh [--src DIR] [--out FILE]
 
 Packs CMakeLists.txt cmake common ggml gguf-py include src tools vendor licenses LICENSE of the
-llama.cpp checkout DIR (default /work/scratch/llama.cpp/src, made by scripts/peer/build-llama-cpp.sh)
+llama.cpp checkout DIR (default ~/.cache/moelens/llama.cpp/src, made by scripts/peer/build-llama-cpp.sh)
 into FILE (default .peer/llama-cpp-src.tar.xz in the repository root), files at the top level of the
 archive, without the parts a CUDA llama-bench build never configures (the other ggml backends,
 tools/server and tools/ui). LLAMA_CPP_VERSION in the archive holds the commit and its build number,
@@ -18,7 +18,7 @@ which bench/gpu/llama-cuda.sh passes to cmake (the unpacked tree is no git check
 EOF
 }
 
-src=/work/scratch/llama.cpp/src
+src="$HOME/.cache/moelens/llama.cpp/src"
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out="$repo/.peer/llama-cpp-src.tar.xz"
 while [[ $# -gt 0 ]]; do
@@ -50,7 +50,7 @@ date=$(git -C "$src" log -1 --format=%cs)
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 case "$out" in
-  "$repo/.peer/"*)  # ignored locally (not in .gitignore), so it can still be carried to the GPU machine
+  "$repo/.peer/"*)  # ignored locally (not in .gitignore), so it can still be copied to a CUDA machine with the working tree
     grep -qxF '/.peer/' "$repo/.git/info/exclude" 2>/dev/null || echo '/.peer/' >> "$repo/.git/info/exclude" ;;
   "$repo"/*) echo "llama-cpp-subset.sh: warning: $out is inside the repository, outside the ignored .peer/" >&2 ;;
 esac

@@ -1,7 +1,7 @@
 // llama-probe: runs llama.cpp on a GGUF with given token ids (no tokenizer involved) and prints one JSON
 // line with the greedy continuation; optionally writes every prompt position's logits, then each decode
 // step's, as raw float32 [rows, vocab] so they can be compared with moelens on the same weights.
-// Built by scripts/peer/build-llama-cpp.sh against the scratch llama.cpp build.
+// Built by scripts/peer/build-llama-cpp.sh against the llama.cpp build it makes.
 // Usage: llama-probe MODEL.gguf --ids 1,2,3 [--decode N] [--threads N] [--logits OUT.f32]
 #include <algorithm>
 #include <cstdio>

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Step 2 of the reference generator (torch + transformers; run on the GPU machine, computes on its
-CPU in float32): for each fixture and layout, reads the checkpoint folder written by
+"""Step 2 of the reference generator (torch + transformers; computes on the CPU in float32): for each fixture and layout, reads the checkpoint folder written by
 make_checkpoints.py, runs transformers' Qwen3_5MoeForCausalLM on it and writes
 
   <out>/<name>/ref_<layout>.safetensors            prompts, logits, residual stream, router, greedy decode

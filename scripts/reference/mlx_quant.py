@@ -1,4 +1,4 @@
-"""MLX affine quantization (model-reference.md §4.1), written from the format description.
+"""MLX affine quantization (docs/model.md §4.1), written from the format description.
 
 A weight [..., out, in] is split along `in` into groups of `group_size`; each group stores a scale s
 and a bias b (bf16 here) and unsigned codes q in [0, 2^bits - 1] so that w ~= s*q + b. Codes are packed

@@ -1,5 +1,5 @@
 """Writes a model's weights in the official Hugging Face layout and in the mlx-community layout
-(model-reference.md §2.2 and §4)."""
+(docs/model.md §2.2 and §4)."""
 
 import json
 from pathlib import Path

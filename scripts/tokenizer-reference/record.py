@@ -7,8 +7,8 @@ apply_chat_template renders for every conversation of test/data/chat-conversatio
 Writes OUT/tokenizer-NAME.json and OUT/chat-NAME.json; copy them to test/data/tokenizer-reference/
 and test/data/chat-reference/.
 
-Run from the repository root on the GPU machine (it has transformers; any machine with
-`pip install transformers` works), carrying the folders that git ignores (node_modules/...):
+Run from the repository root on any machine with `pip install transformers`, with the folders that
+git ignores (node_modules/...) in place:
   HF_HUB_OFFLINE=1 python3 scripts/tokenizer-reference/record.py OUT [NAME=DIR ...]
 """
 import json

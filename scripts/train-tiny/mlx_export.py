@@ -1,5 +1,5 @@
 """Our own MLX affine quantizer and the HF -> mlx-community conversion of a qwen3_5_moe checkpoint
-(model-reference.md §4.1-4.3), with numpy alone.
+(docs/model.md §4.1-4.3), with numpy alone.
 
 Layout written: `language_model.model.*` / `language_model.lm_head.*`; experts split into
 `mlp.switch_mlp.{gate,up,down}_proj`; conv1d as [C, K, 1]; the five zero-centred norms stored as

@@ -190,7 +190,7 @@ def render(results: dict, layout: str, engine: dict | None = None) -> str:
     out.append(
         "```bash\nnpx tsx scripts/train-tiny/prepare-data.ts            # .train-data/ from node_modules\n"
         f"PYTHONUNBUFFERED=1 python3 scripts/train-tiny/train.py --data .train-data --out out --steps {tr['steps']} "
-        f"--experts-impl {tr['experts_impl']}   # on a GPU machine\n```\n"
+        f"--experts-impl {tr['experts_impl']}   # with a CUDA GPU\n```\n"
         "Seeded, from the exact package versions in package-lock.json; the GPU's atomic additions can still "
         "change the last bits of a run. `training-results.json` (next to the MLX export) holds every figure "
         "of this card, the loss history and the full per-layer, per-domain expert loads.\n"

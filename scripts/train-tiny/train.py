@@ -1,9 +1,9 @@
 """Trains moelens-tiny, the embedded default model: tokenizer, model, exports, evaluation, model card.
 
-Runs on the GPU machine (torch, transformers 5.x with Qwen3_5MoeForCausalLM, tokenizers, numpy) in one
-call of a few minutes:
+Runs where torch, transformers 5.x (with Qwen3_5MoeForCausalLM), tokenizers and numpy are installed,
+in a few minutes on a CUDA GPU:
 
-  PYTHONUNBUFFERED=1 python3 scripts/train-tiny/train.py --data .train-data --out "$OUT"
+  PYTHONUNBUFFERED=1 python3 scripts/train-tiny/train.py --data .train-data --out out
 
 Stages, each of which leaves its results in --out before the next starts (so a run cut short still
 returns what it made): tokenizer -> training (held-out loss tracked, best checkpoint kept) -> HF bf16
@@ -23,7 +23,9 @@ import shutil
 import signal
 import sys
 import tarfile
+import tempfile
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +38,7 @@ from tiny_model import build_model, checkpoint_config, load_tensors, state_to_bf
 from tiny_tokenizer import EOT, token_ids, train_tokenizer, write_tokenizer_files  # noqa: E402
 
 T0 = time.time()
-MAX_SHARD_BYTES = 15 * 2**20  # files come back from the GPU machine only up to 16 MiB each
+MAX_SHARD_BYTES = 15 * 2**20  # HF shards stay under 16 MiB each: small files to copy and to commit
 TINY_PLAN = {"prose": 4, "code": 2, "arithmetic": 2}
 TINY_TOKENS = 384
 
@@ -49,7 +51,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=".train-data", help="folder with train.jsonl.gz, heldout.jsonl.gz, sources.json")
     p.add_argument("--out", default=os.environ.get("OUT", "out"), help="where results and exports go")
-    p.add_argument("--work", default="/tmp/moelens-tiny-work", help="scratch folder for the export directories")
+    p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "moelens-tiny-work"), help="folder for the export directories")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--bpe-vocab", type=int, default=8000, help="BPE vocabulary size before the 5 added tokens")
     p.add_argument("--seq-len", type=int, default=512)
@@ -120,24 +122,22 @@ def balance_loss(router_logits, E: int, k: int):
     return total / len(router_logits)
 
 
-def main():
-    args = parse_args()
-    import torch
-    import torch.nn.functional as F
+@dataclass
+class Data:
+    """The tokenizer and the tokenized training and held-out documents."""
 
-    from tiny_eval import evaluate_segments, greedy, perplexities, routing_summary, set_experts_implementation
+    tok: object
+    eot: int
+    vocab: int
+    train_docs: list
+    held_docs: list
+    held_enc: list
+    streams: dict
+    held_streams: dict
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("SIGTERM: stopping"))
-    outs = Outputs(args.out, args.work)
-    results = {"args": vars(args)}
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    log(f"torch {torch.__version__}, device {device}", torch.cuda.get_device_name(0) if device.type == "cuda" else "")
-    import tokenizers
-    import transformers
 
-    results["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__, "numpy": np.__version__}
-
-    # ---- data and tokenizer
+def prepare_data(args, outs: Outputs, results: dict) -> Data:
+    """Reads the documents, trains the tokenizer, writes its files into both exports, tokenizes."""
     train_docs = read_documents(os.path.join(args.data, "train.jsonl.gz"))
     held_docs = read_documents(os.path.join(args.data, "heldout.jsonl.gz"))
     with open(os.path.join(args.data, "sources.json")) as f:
@@ -165,147 +165,184 @@ def main():
         "sources": sources,
     }
     log("tokens", results["data"]["train_tokens"], "held-out", results["data"]["heldout_tokens"])
+    return Data(tok, eot, vocab, train_docs, held_docs, held_enc, streams, held_streams)
 
-    # ---- model
-    torch.manual_seed(args.seed)
-    np.random.seed(args.seed)
-    text = text_config(vocab, eot, args.aux_coef)
-    model = build_model(text).to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    E, k = text["num_experts"], text["num_experts_per_tok"]
-    log(f"model: {n_params / 1e6:.2f} M parameters")
-    results["model"] = {"parameters": n_params, "text_config": text}
 
-    mix = dict((kv.split("=")[0], float(kv.split("=")[1])) for kv in args.mix.split(","))
-    seq, batch = args.seq_len, args.batch
-    eval_windows = {d: torch.from_numpy(fixed_windows(held_streams[d], 8 if args.dry_run else 32, seq)).to(device) for d in DOMAINS}
+class Trainer:
+    """The model being trained, its optimizer settings, training steps and held-out loss."""
 
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    def __init__(self, args, data: Data, device, results: dict):
+        import torch
 
-    def make_optimizer():
+        self.args, self.data, self.device, self.results = args, data, device, results
+        torch.manual_seed(args.seed)
+        np.random.seed(args.seed)
+        self.text = text_config(data.vocab, data.eot, args.aux_coef)
+        self.model = build_model(self.text).to(device)
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.E, self.k = self.text["num_experts"], self.text["num_experts_per_tok"]
+        log(f"model: {n_params / 1e6:.2f} M parameters")
+        results["model"] = {"parameters": n_params, "text_config": self.text}
+
+        self.mix = dict((kv.split("=")[0], float(kv.split("=")[1])) for kv in args.mix.split(","))
+        self.seq, self.batch = args.seq_len, args.batch
+        count = 8 if args.dry_run else 32
+        self.eval_windows = {d: torch.from_numpy(fixed_windows(data.held_streams[d], count, self.seq)).to(device) for d in DOMAINS}
+        self.opt = None
+
+    def make_optimizer(self):
+        import torch
+
+        decay = [p for p in self.model.parameters() if p.ndim >= 2]
+        no_decay = [p for p in self.model.parameters() if p.ndim < 2]
         return torch.optim.AdamW(
-            [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=args.lr,
+            [{"params": decay, "weight_decay": self.args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.args.lr,
             betas=(0.9, 0.95),
             eps=1e-8,
-            fused=device.type == "cuda",
+            fused=self.device.type == "cuda",
         )
 
-    def step_fn(opt, x_cpu, lr):
-        x = torch.from_numpy(x_cpu).to(device, non_blocking=True)
+    def step(self, opt, x_cpu, lr):
+        """One optimizer step on a batch of windows; returns the cross-entropy and the balance loss."""
+        import torch
+        import torch.nn.functional as F
+
+        x = torch.from_numpy(x_cpu).to(self.device, non_blocking=True)
         for g in opt.param_groups:
             g["lr"] = lr
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            out = model(input_ids=x[:, :-1], use_cache=False, output_router_logits=True)
-        ce = F.cross_entropy(out.logits.float().reshape(-1, vocab), x[:, 1:].reshape(-1))
-        aux = balance_loss(out.router_logits, E, k)
-        (ce + args.aux_coef * aux).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            out = self.model(input_ids=x[:, :-1], use_cache=False, output_router_logits=True)
+        ce = F.cross_entropy(out.logits.float().reshape(-1, self.data.vocab), x[:, 1:].reshape(-1))
+        aux = balance_loss(out.router_logits, self.E, self.k)
+        (ce + self.args.aux_coef * aux).backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return ce, aux
 
-    @torch.no_grad()
-    def heldout_loss():
-        model.eval()
+    def heldout_loss(self) -> dict:
+        import torch
+        import torch.nn.functional as F
+
+        self.model.eval()
         losses = {}
-        for d, w in eval_windows.items():
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                logits = model(input_ids=w[:, :-1], use_cache=False).logits
-            losses[d] = float(F.cross_entropy(logits.float().reshape(-1, vocab), w[:, 1:].reshape(-1)))
-        model.train()
+        with torch.no_grad():
+            for d, w in self.eval_windows.items():
+                with torch.autocast(self.device.type, dtype=torch.bfloat16):
+                    logits = self.model(input_ids=w[:, :-1], use_cache=False).logits
+                losses[d] = float(F.cross_entropy(logits.float().reshape(-1, self.data.vocab), w[:, 1:].reshape(-1)))
+        self.model.train()
         return losses
 
-    # Pick the experts backend by measured speed, then start again from the same initial weights.
-    initial = {n: t.detach().clone() for n, t in model.state_dict().items()}
-    candidates = ["grouped_mm", "eager"] if args.experts_impl == "auto" else [args.experts_impl]
-    timings = {}
-    probe = WindowSampler(streams, mix, seq, args.seed + 1)
-    model.train()
-    for impl in candidates:
-        try:
-            set_experts_implementation(model, impl)
-            opt = make_optimizer()
-            step_fn(opt, probe.batch(batch), 1e-5)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t = time.time()
-            for _ in range(2 if args.dry_run else 4):
-                ce, _ = step_fn(opt, probe.batch(batch), 1e-5)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if not bool(torch.isfinite(ce)):
-                raise FloatingPointError(f"loss {float(ce)}")
-            timings[impl] = (time.time() - t) / (2 if args.dry_run else 4)
-            log(f"experts backend {impl}: {timings[impl] * 1000:.0f} ms/step, loss {float(ce):.3f}")
-        except Exception as e:  # a backend this torch/transformers build cannot run
-            log(f"experts backend {impl} failed: {type(e).__name__}: {str(e)[:300]}")
-        model.zero_grad(set_to_none=True)  # a failed step may leave gradients behind
-    if not timings:
-        raise RuntimeError("no experts backend works")
-    impl = min(timings, key=timings.get)
-    set_experts_implementation(model, impl)
-    model.load_state_dict(initial)
-    del initial
-    t_eval = time.time()
-    heldout_loss()
-    t_eval = time.time() - t_eval
+    def pick_experts_backend(self) -> tuple:
+        """Times a few steps with each transformers experts backend, keeps the fastest that works, and
+        starts again from the same initial weights. Returns (backend, seconds per step of each)."""
+        import torch
 
-    prose_epoch_steps = streams["prose"].size / (batch * seq * mix["prose"] / sum(mix.values()))
-    if args.steps:
-        steps = args.steps
-    elif args.dry_run:
-        steps = 20
-    else:
-        seconds = min(args.train_seconds, args.deadline - 160 - (time.time() - T0))
-        by_time = int(seconds / (timings[impl] * 1.03 + t_eval / 50))
-        steps = max(100, min(by_time, int(args.max_epochs * prose_epoch_steps)))
-    eval_every = max(10, steps // 25)
-    warmup = min(100, steps // 10)
-    log(f"training {steps} steps ({steps / prose_epoch_steps:.2f} prose epochs), backend {impl}, eval every {eval_every}")
-    results["training"] = {
-        "steps": steps,
-        "batch": batch,
-        "seq_len": seq,
-        "tokens_per_step": batch * seq,
-        "experts_impl": impl,
-        "backend_ms_per_step": {k2: v * 1000 for k2, v in timings.items()},
-        "prose_epochs": steps / prose_epoch_steps,
-        "mix": mix,
-        "warmup": warmup,
-        "lr": args.lr,
-        "history": [],
-    }
+        from tiny_eval import set_experts_implementation
 
-    sampler = WindowSampler(streams, mix, seq, args.seed)
-    opt = make_optimizer()
-    best, best_state, best_step = float("inf"), None, -1
-    t_train = time.time()
-    stopped_early = False
-    model.train()
-    for step in range(steps):
-        ce, aux = step_fn(opt, sampler.batch(batch), lr_at(step, steps, args.lr, warmup))
-        if (step + 1) % eval_every == 0 or step + 1 == steps:
-            losses = heldout_loss()
-            mean = float(np.mean(list(losses.values())))
-            entry = {"step": step + 1, "train_ce": float(ce), "aux": float(aux), "heldout": losses, "heldout_mean": mean, "seconds": time.time() - t_train}
-            results["training"]["history"].append(entry)
-            log(f"step {step + 1}/{steps} ce {float(ce):.3f} aux {float(aux):.3f} held-out {json.dumps({d: round(v, 3) for d, v in losses.items()})}")
-            if mean < best:
-                best, best_step = mean, step + 1
-                best_state = {n: t.detach().clone() for n, t in model.state_dict().items()}
-        if time.time() - T0 > args.deadline - 150:
-            log(f"stopping at step {step + 1}: time budget")
-            stopped_early = True
-            break
-    results["training"].update({"seconds": time.time() - t_train, "best_step": best_step, "best_heldout_mean": best, "stopped_early": stopped_early})
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    log(f"training done in {time.time() - t_train:.0f}s; best held-out mean CE {best:.4f} at step {best_step}")
-    outs.write_json("results.json", results)
+        args = self.args
+        initial = {n: t.detach().clone() for n, t in self.model.state_dict().items()}
+        candidates = ["grouped_mm", "eager"] if args.experts_impl == "auto" else [args.experts_impl]
+        timings = {}
+        probe = WindowSampler(self.data.streams, self.mix, self.seq, args.seed + 1)
+        repeats = 2 if args.dry_run else 4
+        self.model.train()
+        for impl in candidates:
+            try:
+                set_experts_implementation(self.model, impl)
+                opt = self.make_optimizer()
+                self.step(opt, probe.batch(self.batch), 1e-5)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                t = time.time()
+                for _ in range(repeats):
+                    ce, _ = self.step(opt, probe.batch(self.batch), 1e-5)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                if not bool(torch.isfinite(ce)):
+                    raise FloatingPointError(f"loss {float(ce)}")
+                timings[impl] = (time.time() - t) / repeats
+                log(f"experts backend {impl}: {timings[impl] * 1000:.0f} ms/step, loss {float(ce):.3f}")
+            except Exception as e:  # a backend this torch/transformers build cannot run
+                log(f"experts backend {impl} failed: {type(e).__name__}: {str(e)[:300]}")
+            self.model.zero_grad(set_to_none=True)  # a failed step may leave gradients behind
+        if not timings:
+            raise RuntimeError("no experts backend works")
+        impl = min(timings, key=timings.get)
+        set_experts_implementation(self.model, impl)
+        self.model.load_state_dict(initial)
+        return impl, timings
 
-    # ---- exports
+    def plan_steps(self, impl: str, timings: dict) -> int:
+        """--steps, or as many steps as fit the time budget (evaluations included) and --max-epochs.
+        Records the training setup in the results."""
+        args = self.args
+        t_eval = time.time()
+        self.heldout_loss()
+        t_eval = time.time() - t_eval
+        prose_epoch_steps = self.data.streams["prose"].size / (self.batch * self.seq * self.mix["prose"] / sum(self.mix.values()))
+        if args.steps:
+            steps = args.steps
+        elif args.dry_run:
+            steps = 20
+        else:
+            seconds = min(args.train_seconds, args.deadline - 160 - (time.time() - T0))
+            by_time = int(seconds / (timings[impl] * 1.03 + t_eval / 50))
+            steps = max(100, min(by_time, int(args.max_epochs * prose_epoch_steps)))
+        self.results["training"] = {
+            "steps": steps,
+            "batch": self.batch,
+            "seq_len": self.seq,
+            "tokens_per_step": self.batch * self.seq,
+            "experts_impl": impl,
+            "backend_ms_per_step": {name: v * 1000 for name, v in timings.items()},
+            "prose_epochs": steps / prose_epoch_steps,
+            "mix": self.mix,
+            "warmup": min(100, steps // 10),
+            "lr": args.lr,
+            "history": [],
+        }
+        log(f"training {steps} steps ({steps / prose_epoch_steps:.2f} prose epochs), backend {impl}, eval every {max(10, steps // 25)}")
+        return steps
+
+    def train(self, steps: int) -> None:
+        """The training loop: evaluates every steps/25 steps and ends with the weights of the best
+        held-out loss; stops early when the time budget runs out."""
+        args = self.args
+        training = self.results["training"]
+        eval_every = max(10, steps // 25)
+        warmup = training["warmup"]
+        sampler = WindowSampler(self.data.streams, self.mix, self.seq, args.seed)
+        self.opt = self.make_optimizer()
+        best, best_state, best_step = float("inf"), None, -1
+        t_train = time.time()
+        stopped_early = False
+        self.model.train()
+        for step in range(steps):
+            ce, aux = self.step(self.opt, sampler.batch(self.batch), lr_at(step, steps, args.lr, warmup))
+            if (step + 1) % eval_every == 0 or step + 1 == steps:
+                losses = self.heldout_loss()
+                mean = float(np.mean(list(losses.values())))
+                entry = {"step": step + 1, "train_ce": float(ce), "aux": float(aux), "heldout": losses, "heldout_mean": mean, "seconds": time.time() - t_train}
+                training["history"].append(entry)
+                log(f"step {step + 1}/{steps} ce {float(ce):.3f} aux {float(aux):.3f} held-out {json.dumps({d: round(v, 3) for d, v in losses.items()})}")
+                if mean < best:
+                    best, best_step = mean, step + 1
+                    best_state = {n: t.detach().clone() for n, t in self.model.state_dict().items()}
+            if time.time() - T0 > args.deadline - 150:
+                log(f"stopping at step {step + 1}: time budget")
+                stopped_early = True
+                break
+        training.update({"seconds": time.time() - t_train, "best_step": best_step, "best_heldout_mean": best, "stopped_early": stopped_early})
+        if best_state is not None:
+            self.model.load_state_dict(best_state)
+        log(f"training done in {time.time() - t_train:.0f}s; best held-out mean CE {best:.4f} at step {best_step}")
+
+
+def export(outs: Outputs, model, text: dict, results: dict) -> dict:
+    """Writes the HF bf16 export (sharded) and the MLX 4-bit export; returns the HF tensors."""
     config = checkpoint_config(text)
     hf_tensors = state_to_bf16_bits(model)
     files = write_sharded(outs.hf, hf_tensors, MAX_SHARD_BYTES)
@@ -318,37 +355,49 @@ def main():
     outs.pack("moelens-tiny-mlx.tar.gz", outs.mlx)
     results["exports"] = {"hf_files": files, "mlx_bytes": size}
     log(f"MLX export: {size / 1e6:.2f} MB")
+    return hf_tensors
 
-    # ---- evaluation with transformers, from the exported files
+
+def load_export(outs: Outputs, layout: str, text: dict, hf_tensors: dict, dtype):
+    """A fresh transformers model with the weights read back from one export."""
+    m = build_model(text).to(dtype)
+    if layout == "hf_bf16":
+        back = read_checkpoint(outs.hf)
+        differ = [n for n in hf_tensors if n not in back or not np.array_equal(np.asarray(back[n]), np.asarray(hf_tensors[n]))]
+        if differ or len(back) != len(hf_tensors):
+            raise RuntimeError(f"HF export does not read back as written: {differ[:5]}")
+        load_tensors(m, back, dtype)
+    else:
+        load_tensors(m, mlx_to_hf_float32(read_safetensors(os.path.join(outs.mlx, "model.safetensors"))), dtype)
+    return m
+
+
+def evaluate_exports(args, outs: Outputs, data: Data, text: dict, hf_tensors: dict, device) -> tuple:
+    """transformers on each export as written: held-out perplexity and routing, the small held-out
+    set of the embedded model's test, a greedy sample. Returns (evaluations, small held-out set)."""
+    import torch
+
+    from tiny_eval import evaluate_segments, greedy, perplexities, routing_summary, set_experts_implementation
+
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    del model, opt, best_state
-    segments = heldout_segments(held_docs, held_enc, seq)
-    tiny = tiny_heldout(held_docs, held_enc, TINY_TOKENS, TINY_PLAN)
+    segments = heldout_segments(data.held_docs, data.held_enc, args.seq_len)
+    tiny = tiny_heldout(data.held_docs, data.held_enc, TINY_TOKENS, TINY_PLAN)
     evals = {}
     for layout, dtype in (("hf_bf16", torch.bfloat16), ("mlx_dequant_fp32", torch.float32)):
-        m = build_model(text).to(dtype)
-        if layout == "hf_bf16":
-            back = read_checkpoint(outs.hf)
-            differ = [n for n in hf_tensors if n not in back or not np.array_equal(np.asarray(back[n]), np.asarray(hf_tensors[n]))]
-            if differ or len(back) != len(hf_tensors):
-                raise RuntimeError(f"HF export does not read back as written: {differ[:5]}")
-            load_tensors(m, back, dtype)
-        else:
-            load_tensors(m, mlx_to_hf_float32(read_safetensors(os.path.join(outs.mlx, "model.safetensors"))), dtype)
-        m = m.to(device)
+        m = load_export(outs, layout, text, hf_tensors, dtype).to(device)
         set_experts_implementation(m, "eager")
-        full = evaluate_segments(m, segments, 32, device, eot)
-        small = evaluate_segments(m, [dict(s, half=i % 2) for i, s in enumerate(tiny)], 8, device, eot)
+        full = evaluate_segments(m, segments, 32, device, data.eot)
+        small = evaluate_segments(m, [dict(s, half=i % 2) for i, s in enumerate(tiny)], 8, device, data.eot)
         evals[layout] = {
             "heldout": perplexities(full),
             "heldout_routing": routing_summary(full),
             "tiny": perplexities(small),
             "tiny_routing": routing_summary(small),
         }
-        prompt = tok.encode("The jury said", add_special_tokens=False).ids
+        prompt = data.tok.encode("The jury said", add_special_tokens=False).ids
         sample = greedy(m, prompt, 40, device)
-        evals[layout]["greedy"] = {"prompt": "The jury said", "ids": sample, "text": tok.decode(sample, skip_special_tokens=False)}
+        evals[layout]["greedy"] = {"prompt": "The jury said", "ids": sample, "text": data.tok.decode(sample, skip_special_tokens=False)}
         log(f"{layout}: held-out ppl", {d: round(v["ppl"], 3) for d, v in evals[layout]["heldout"].items()}, "tiny", round(evals[layout]["tiny"]["all"]["ppl"], 4))
         log(f"{layout}: min expert share per layer", evals[layout]["heldout_routing"]["min_share_per_layer"])
         log(f"{layout}: greedy:", repr(evals[layout]["greedy"]["text"]))
@@ -356,10 +405,11 @@ def main():
         if time.time() - T0 > args.deadline - 40:
             log("skipping the rest of the evaluation: time budget")
             break
-    results["evaluation"] = evals
-    outs.write_json("results.json", results)
+    return evals, tiny
 
-    # ---- the held-out token file, the tokenizer check, the model card
+
+def write_heldout_file(outs: Outputs, tiny: list, evals: dict) -> None:
+    """The held-out token segments with transformers' perplexity on them, for the embedded model's test."""
     heldout_file = {
         "description": "Held-out token segments of moelens-tiny (not seen in training) with transformers' perplexity on them",
         "tokenizer": "models/moelens-tiny/tokenizer.json",
@@ -368,6 +418,10 @@ def main():
         "transformers": {layout: {"ppl": ev["tiny"]["all"]["ppl"], "nll_sum": ev["tiny"]["all"]["nll_sum"], "tokens": ev["tiny"]["all"]["tokens"], "per_domain": ev["tiny"]} for layout, ev in evals.items()},
     }
     outs.write_json("heldout-tiny.json", heldout_file, outs.mlx)
+
+
+def check_tokenizer(outs: Outputs, tok, results: dict) -> None:
+    """transformers' AutoTokenizer on the written files gives our ids and renders the chat template."""
     try:
         from transformers import AutoTokenizer
 
@@ -381,6 +435,36 @@ def main():
         results["tokenizer"]["transformers_check"] = {"error": f"{type(e).__name__}: {e}"}
         log("transformers tokenizer check failed:", e)
 
+
+def main():
+    args = parse_args()
+    import tokenizers
+    import torch
+    import transformers
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("SIGTERM: stopping"))
+    outs = Outputs(args.out, args.work)
+    # Where the files went is no property of the model: the output folders are left out.
+    results = {"args": {k: v for k, v in vars(args).items() if k not in ("out", "work")}}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    log(f"torch {torch.__version__}, device {device}", torch.cuda.get_device_name(0) if device.type == "cuda" else "")
+    results["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__, "numpy": np.__version__}
+
+    data = prepare_data(args, outs, results)
+    trainer = Trainer(args, data, device, results)
+    steps = trainer.plan_steps(*trainer.pick_experts_backend())
+    trainer.train(steps)
+    outs.write_json("results.json", results)
+
+    hf_tensors = export(outs, trainer.model, trainer.text, results)
+    text = trainer.text
+    del trainer  # frees the model and optimizer before the evaluation loads the exports
+    evals, tiny = evaluate_exports(args, outs, data, text, hf_tensors, device)
+    results["evaluation"] = evals
+    outs.write_json("results.json", results)
+
+    write_heldout_file(outs, tiny, evals)
+    check_tokenizer(outs, data.tok, results)
     from model_card import write_model_card
 
     for folder in (outs.hf, outs.mlx):

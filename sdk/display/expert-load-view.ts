@@ -1,7 +1,8 @@
 // How an ExpertLoad shows itself: balance statistics per layer beside the layer x expert heatmap.
 import { expertLoadHeatmap } from "../plot/expert-load";
-import type { ExpertLoad } from "../trace/expert-load";
+import { ExpertLoad } from "../trace/expert-load";
 import { htmlTable } from "./html";
+import { registerView } from "./views";
 
 interface LayerBalance {
   layer: number;
@@ -29,7 +30,7 @@ function balance(load: ExpertLoad): LayerBalance[] {
   });
 }
 
-export function expertLoadMimeBundle(load: ExpertLoad): Record<string, unknown> {
+function expertLoadMimeBundle(load: ExpertLoad): Record<string, unknown> {
   const rows = balance(load);
   const summary = `ExpertLoad: ${load.tokens} tokens, ${load.layers} layers, top-${load.k} of ${load.experts} experts (uniform share ${(load.k / load.experts).toFixed(3)}); aux loss ${load.auxLoss().toFixed(3)} (${load.k} when perfectly balanced)`;
   const table = htmlTable(
@@ -49,3 +50,5 @@ export function expertLoadMimeBundle(load: ExpertLoad): Record<string, unknown> 
     "text/plain": text.join("\n"),
   };
 }
+
+registerView(ExpertLoad, expertLoadMimeBundle);

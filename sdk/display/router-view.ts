@@ -2,12 +2,13 @@
 // color, the full top-k and weights on hover, and the shared expert's mean gate per layer.
 import { expertBackground } from "../plot/colors";
 import { topExpert } from "../plot/top-expert";
-import type { RouterTrace } from "../trace/router";
+import { RouterTrace } from "../trace/router";
 import { escapeHtml, htmlTable } from "./html";
+import { registerView } from "./views";
 
 const MAX_COLUMNS = 48;
 
-export function routerTraceMimeBundle(trace: RouterTrace): Record<string, unknown> {
+function routerTraceMimeBundle(trace: RouterTrace): Record<string, unknown> {
   const { layers, tokens, k, experts, span } = trace;
   const shown = Math.min(tokens, MAX_COLUMNS);
   const header = ["layer", ...Array.from({ length: shown }, (_, t) => `${span.start + t}<br><span style="color: #888;">${span.ids[t]}</span>`), "shared gate (mean)"];
@@ -33,3 +34,5 @@ export function routerTraceMimeBundle(trace: RouterTrace): Record<string, unknow
     "text/plain": text.join("\n"),
   };
 }
+
+registerView(RouterTrace, routerTraceMimeBundle);

@@ -1,7 +1,8 @@
 // How a Tensor shows itself: dtype, shape, a numpy-style preview (edges of each axis when it is
 // large) and, in HTML, the value range.
-import type { Tensor } from "../tensor";
+import { Tensor } from "../tensor";
 import { escapeHtml } from "./html";
+import { registerView } from "./views";
 
 const EDGE = 3;
 const FULL_BELOW = 1000;
@@ -17,7 +18,7 @@ function formatValue(v: number, integer: boolean): string {
 }
 
 /** Nested-bracket preview; with `summarize`, axes longer than 2·EDGE show their edges around "...". */
-export function tensorPreview(t: Tensor): string {
+function tensorPreview(t: Tensor): string {
   const { shape, data } = t;
   const integer = data instanceof Int32Array;
   const summarize = data.length > FULL_BELOW;
@@ -50,7 +51,7 @@ function range(t: Tensor): { min: number; max: number; mean: number } | undefine
   return { min, max, mean: sum / t.data.length };
 }
 
-export function tensorMimeBundle(t: Tensor): Record<string, unknown> {
+function tensorMimeBundle(t: Tensor): Record<string, unknown> {
   const head = `Tensor ${dtype(t)} [${t.shape.join(", ")}]`;
   const preview = tensorPreview(t);
   const r = range(t);
@@ -60,3 +61,5 @@ export function tensorMimeBundle(t: Tensor): Record<string, unknown> {
     "text/plain": `${head}\n${preview}`,
   };
 }
+
+registerView(Tensor, tensorMimeBundle);

@@ -4,7 +4,7 @@
 // Afterwards the session holds the prompt and every generated token except a final eos id, so a
 // later generate() or prefill() continues the same text.
 import { isChatMessages, type ChatMessage } from "../chat/message";
-import type { CaptureName, Session } from "../session";
+import type { CaptureName, ForwardSession } from "../forward";
 import type { Tokenizer } from "../tokenizer/tokenizer";
 import type { GenerationConfig } from "./generation-config";
 import { Sampler, type SamplerOptions } from "./sampler";
@@ -81,7 +81,7 @@ export function promptTokens(ctx: GenerationContext, input: GenerateInput, optio
 }
 
 export async function* generate(
-  session: Session,
+  session: ForwardSession,
   ctx: GenerationContext,
   input: GenerateInput,
   options: GenerateOptions = {},

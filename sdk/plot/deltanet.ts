@@ -2,7 +2,8 @@
 // token and the write strength beta; and the norm of the memory (the recurrent state) after each token.
 import type { DeltaNetTrace } from "../trace/deltanet";
 import { seriesColor } from "./colors";
-import { Figure, type PlotlyTrace } from "./figure";
+import { Figure } from "./figure";
+import type { PlotlyTrace } from "./figure-spec";
 import { compact, resolveLabels, tokenAxis, type TokenDecoder } from "./labels";
 
 export interface DeltaNetPlotOptions {

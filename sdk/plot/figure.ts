@@ -1,18 +1,7 @@
 // A Plotly figure as plain JSON ({data, layout, config}) that renders itself in notebooks: Plotly's own
 // MIME type for frontends that have a Plotly renderer, plus an HTML fallback that draws offline.
+import type { FigureSpec, PlotlyLayout, PlotlyTrace } from "./figure-spec";
 import { figureHtml, standalonePage } from "./plotly-html";
-
-/** One Plotly trace ({type: "heatmap", z, ...}); see https://plotly.com/javascript/reference/. */
-export type PlotlyTrace = { type: string; [key: string]: unknown };
-
-/** Plotly layout; titles are objects ({title: {text}}): plotly.js 4 ignores string titles. */
-export type PlotlyLayout = { title?: { text: string }; [key: string]: unknown };
-
-export interface FigureSpec {
-  data: PlotlyTrace[];
-  layout: PlotlyLayout;
-  config?: Record<string, unknown>;
-}
 
 export class Figure implements FigureSpec {
   data: PlotlyTrace[];

@@ -1,5 +1,6 @@
 // Plot builders: pure functions from traces to Plotly figures (JSON specs that also render in notebooks).
-export { Figure, type FigureSpec, type PlotlyTrace, type PlotlyLayout } from "./figure";
+export { Figure } from "./figure";
+export type { FigureSpec, PlotlyTrace, PlotlyLayout } from "./figure-spec";
 export { resendPlotlyLibrary } from "./plotly-html";
 export { expertLoadHeatmap, type ExpertLoadHeatmapOptions, type LoadMetric } from "./expert-load";
 export { tokenRouting, type TokenRoutingOptions } from "./token-routing";

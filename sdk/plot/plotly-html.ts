@@ -3,7 +3,7 @@
 // window.Plotly only where it is not defined yet. Later figures wait for it.
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
-import type { FigureSpec } from "./figure";
+import type { FigureSpec } from "./figure-spec";
 
 let library: string | undefined;
 let libraryShipped = false;

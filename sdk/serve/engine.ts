@@ -8,7 +8,8 @@
 // memory does not wait for garbage collection.
 import type { GenerateOptions, FinishReason } from "../generate/generate";
 import type { Model } from "../model";
-import type { CaptureName, Session } from "../session";
+import type { CaptureName } from "../forward";
+import type { Session } from "../session";
 import { PrefixCache, type PrefixCacheLimits } from "./prefix-cache";
 import { RequestQueue, type QueuePlace } from "./request-queue";
 import { mergeLoads, routingSummary, type RoutingSummary } from "./routing-summary";

@@ -2,7 +2,7 @@
 // probability mass per layer x expert, and the balance statistics researchers report.
 import type { Table } from "apache-arrow";
 import { arrowTable } from "../arrow";
-import { expertLoadMimeBundle } from "../display/expert-load-view";
+import { viewMimeBundle } from "../display/views";
 import { Tensor } from "../tensor";
 import type { RouterTrace } from "./router";
 
@@ -96,7 +96,7 @@ export class ExpertLoad {
 
   /** Notebook display: balance statistics per layer and the layer x expert heatmap. */
   toMimeBundle(): Record<string, unknown> {
-    return expertLoadMimeBundle(this);
+    return viewMimeBundle(this);
   }
 
   /** One row per (layer, expert): count, fraction, mass. */

@@ -2,7 +2,7 @@
 // router logits and probabilities, and the shared expert's gate.
 import type { Table } from "apache-arrow";
 import { arrowTable } from "../arrow";
-import { routerTraceMimeBundle } from "../display/router-view";
+import { viewMimeBundle } from "../display/views";
 import { Tensor } from "../tensor";
 import type { TokenSpan } from "./span";
 
@@ -43,7 +43,7 @@ export class RouterTrace {
 
   /** Notebook display: the top-1 expert per layer and token on its color (top-k on hover). */
   toMimeBundle(): Record<string, unknown> {
-    return routerTraceMimeBundle(this);
+    return viewMimeBundle(this);
   }
 
   /** Long form: one row per (layer, position, slot) with token, position, layer, slot, expert, weight. */

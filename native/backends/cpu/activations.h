@@ -1,4 +1,4 @@
-// The activation functions of the CPU backend, written as the reference math (model-reference.md).
+// The activation functions of the CPU backend, written as the reference math (docs/model.md).
 #pragma once
 
 #include <cmath>

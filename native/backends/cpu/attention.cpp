@@ -1,5 +1,5 @@
 // Gated attention kernels of the CPU backend: q/gate split, q/k RMSNorm, partial NeoX RoPE, and causal
-// GQA attention over the KV cache. Math: model-reference.md §2.4.
+// GQA attention over the KV cache. Math: docs/model.md §2.4.
 #include <algorithm>
 #include <cmath>
 #include <vector>

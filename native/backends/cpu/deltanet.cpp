@@ -1,5 +1,5 @@
 // Gated DeltaNet kernels of the CPU backend: causal conv + SiLU, the gated delta rule (recurrent form,
-// fp32 state), and the gated RMSNorm. Math: model-reference.md §2.3.
+// fp32 state), and the gated RMSNorm. Math: docs/model.md §2.3.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
