@@ -106,6 +106,7 @@ class GpuBackend final : public Backend {
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
+  void gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n)
 
   std::unique_ptr<Runtime> runtime_;
   Precision precision_;
