@@ -161,6 +161,24 @@ struct MoeParams {
   uint split;    // moe_down: simdgroups per block of output rows
 };
 
+// MoE prefill (tiled(n)): the n·k (token, slot) entries bucketed by expert (moe_bucket), grouped GEMMs
+// over the buckets (moe_gate_up_tiled, moe_down_tiled; the shared expert, when `shared`, is bucket
+// `experts`, holding every token) and the combine in slot order (moe_combine).
+struct MoeTiledParams {
+  WeightDesc gate;
+  WeightDesc up;
+  WeightDesc down;
+  WeightDesc sgate;
+  WeightDesc sup;
+  WeightDesc sdown;
+  uint n;
+  uint k;
+  uint experts;
+  uint hidden;
+  uint shared;
+  float shared_scale;
+};
+
 struct RouteParams {
   uint n;
   uint experts;

@@ -29,6 +29,20 @@ inline WeightDesc pick_weight(constant WeightDesc* w, uint j) {
   return d;
 }
 
+// The same for one of two descriptions (an expert stack's, or the shared expert's).
+inline WeightDesc pick_expert_weight(constant WeightDesc& routed, constant WeightDesc& shared, bool is_shared) {
+  WeightDesc d;
+  d.format = is_shared ? shared.format : routed.format;
+  d.group_size = is_shared ? shared.group_size : routed.group_size;
+  d.scale_type = is_shared ? shared.scale_type : routed.scale_type;
+  d.row_bytes = is_shared ? shared.row_bytes : routed.row_bytes;
+  d.scale_row_bytes = is_shared ? shared.scale_row_bytes : routed.scale_row_bytes;
+  d.rows = is_shared ? shared.rows : routed.rows;
+  d.cols = is_shared ? shared.cols : routed.cols;
+  d.group_shift = is_shared ? shared.group_shift : routed.group_shift;
+  return d;
+}
+
 // v rounded to half into a tile, as its 16-bit pattern (the emulator's half is a class, whose
 // assignment cannot target threadgroup memory in the strict address-space mode).
 inline void store_half(threadgroup half* dst, float v) { *(threadgroup ushort*)dst = as_type<ushort>(half(v)); }
