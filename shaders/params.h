@@ -51,6 +51,17 @@
 #ifndef PREFILL_CHUNK
 #define PREFILL_CHUNK 4096u
 #endif
+// The tiled prefill kernels (shaders/gemm.metal): a threadgroup of GEMM_THREADS (4 simdgroups, 2x2)
+// computes a tile of GEMM_TILE_TOKENS tokens x GEMM_TILE_ROWS output rows, each simdgroup a 32x32
+// quarter as 4x4 simdgroup matrices of 8x8, stepping through the columns GEMM_K at a time. The tiles
+// hold half (the matrix units' operands), rows padded by GEMM_PAD halfs (80 bytes apart: the 8 rows
+// of an 8x8 load fall on distinct banks); the epilogue's fp32 rows by GEMM_OUT_PAD floats.
+#define GEMM_TILE_TOKENS 64u
+#define GEMM_TILE_ROWS 64u
+#define GEMM_K 32u
+#define GEMM_PAD 8u
+#define GEMM_OUT_PAD 8u
+#define GEMM_THREADS 128
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
 #define NORM_THREADS 1024
@@ -110,6 +121,17 @@ struct GemvParams {
   uint split;   // simdgroups per block of rows: 1, 2, 4 ... GEMV_SIMDGROUPS
 };
 
+// The tiled form of GemvParams (n >= PREFILL_MIN_TOKENS): the row tiles of all jobs are numbered
+// consecutively, job j's from first_tile[j]; grid (total_tiles, ceil(n / GEMM_TILE_TOKENS)).
+struct GemmParams {
+  WeightDesc w[GEMV_MAX_JOBS];
+  uint first_tile[GEMV_MAX_JOBS];
+  uint jobs;
+  uint n;     // tokens
+  uint cols;  // of every matrix, and the row stride of x
+  uint total_tiles;
+};
+
 // out[t] = the embedding row ids[t], dequantized.
 struct EmbedParams {
   WeightDesc w;
@@ -137,6 +159,24 @@ struct MoeParams {
   float shared_scale;
   uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
   uint split;    // moe_down: simdgroups per block of output rows
+};
+
+// MoE prefill (tiled(n)): the n·k (token, slot) entries bucketed by expert (moe_bucket), grouped GEMMs
+// over the buckets (moe_gate_up_tiled, moe_down_tiled; the shared expert, when `shared`, is bucket
+// `experts`, holding every token) and the combine in slot order (moe_combine).
+struct MoeTiledParams {
+  WeightDesc gate;
+  WeightDesc up;
+  WeightDesc down;
+  WeightDesc sgate;
+  WeightDesc sup;
+  WeightDesc sdown;
+  uint n;
+  uint k;
+  uint experts;
+  uint hidden;
+  uint shared;
+  float shared_scale;
 };
 
 struct RouteParams {

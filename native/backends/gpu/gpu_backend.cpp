@@ -43,6 +43,11 @@ GpuBackend::~GpuBackend() {
   dummy_.reset();
   moe_h_.reset();
   moe_shared_h_.reset();
+  moe_offsets_.reset();
+  moe_entries_.reset();
+  moe_positions_.reset();
+  moe_y_.reset();
+  moe_shared_y_.reset();
   attn_ml_.reset();
   attn_o_.reset();
   attn_lse_.reset();

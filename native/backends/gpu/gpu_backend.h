@@ -106,6 +106,9 @@ class GpuBackend final : public Backend {
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
+  void gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n)
+  void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
+                         View weights, int n, int k, View out, const SharedExpert& shared);
 
   std::unique_ptr<Runtime> runtime_;
   Precision precision_;
@@ -115,6 +118,8 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
   // internal scratch, grown on demand
   std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
+  // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
+  std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {

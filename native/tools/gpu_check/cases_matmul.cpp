@@ -1,4 +1,5 @@
-// moelens-gpu-check: matmul and fused groups, every weight format.
+// moelens-gpu-check: matmul and fused groups, every weight format, as GEMVs (decode) and as tiled GEMMs
+// (chunks of at least PREFILL_MIN_TOKENS tokens).
 #include "check.h"
 
 namespace moelens::gpu_check {
@@ -56,6 +57,76 @@ void add_matmul_cases(Cases& all) {
       for (int j = 0; j < 5; ++j) c.expect_close("matmul_group", outs[size_t(j)], size_t(rows[j]), 2e-5f);
     });
 
+  // The tiled GEMM (fp16 operands, fp32 accumulation). Tolerance: each operand is rounded to half
+  // (unit roundoff 2^-11), so a dot product of random terms is off by a few 1e-4 of the output's
+  // scale (measured: at most 7.8e-4 over these and the MoE cases, seeds 1-3, every order); 3e-3
+  // leaves room for other seeds, stays under the 1e-2 accuracy target, and a tile or layout mistake
+  // is off by O(1) (a wrong transpose fails 18 cases).
+  const float tiled_tol = 3e-3f;
+  struct TiledShape {
+    std::string fmt;
+    int group;
+    DType scale;
+    int n, rows, cols;
+    size_t x_offset = 0;
+  };
+  for (TiledShape m : {TiledShape{"q4", 64, DType::BF16, 65, 37, 256}, TiledShape{"q4", 32, DType::F16, 16, 70, 128},
+                       TiledShape{"q4", 128, DType::F32, 20, 64, 256, 1}, TiledShape{"q8", 64, DType::BF16, 65, 37, 128},
+                       TiledShape{"q8", 32, DType::F16, 16, 9, 96, 1}, TiledShape{"q8", 128, DType::F32, 17, 40, 128},
+                       TiledShape{"bf16", 0, DType::BF16, 65, 37, 72, 1}, TiledShape{"f16", 0, DType::BF16, 16, 65, 40},
+                       TiledShape{"f32", 0, DType::BF16, 33, 37, 100}})
+    add("matmul tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
+            (m.x_offset ? " unaligned" : ""),
+        [m, tiled_tol](Ctx& c) {
+          c.shape = std::to_string(m.rows) + "x" + std::to_string(m.cols) + ", " + std::to_string(m.n) + " tokens";
+          HostWeight h(c.rng, m.fmt, m.rows, m.cols, 0, m.group ? m.group : 64, m.scale);
+          WeightPair w = upload(c, h);
+          Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * m.cols)), out = c.zeros(size_t(m.n) * m.rows);
+          const uint64_t before = c.launches(gpu::kernels::gemm::id);
+          c.cpu.matmul(*w.cpu, View(x.cpu.get(), m.x_offset), m.n, View(out.cpu.get()));
+          c.gpu.matmul(*w.gpu, View(x.gpu.get(), m.x_offset), m.n, View(out.gpu.get()));
+          if (c.launches(gpu::kernels::gemm::id) != before + 1)
+            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled kernel");
+          c.expect_close("matmul tiled", out, size_t(m.n) * m.rows, tiled_tol);
+        });
+
+  // Both sides of PREFILL_MIN_TOKENS through one entry point: decode sizes stay on the exact GEMV.
+  for (int n : {1, int(PREFILL_MIN_TOKENS) - 1, int(PREFILL_MIN_TOKENS)})
+    add("matmul tiled threshold n" + std::to_string(n), [n, tiled_tol](Ctx& c) {
+      c.shape = "24x64, " + std::to_string(n) + " tokens";
+      HostWeight h(c.rng, "q4", 24, 64);
+      WeightPair w = upload(c, h);
+      Pair x = c.floats(c.rng.normals(size_t(n) * 64)), out = c.zeros(size_t(n) * 24);
+      const uint64_t before = c.launches(gpu::kernels::gemm::id);
+      c.cpu.matmul(*w.cpu, View(x.cpu.get()), n, View(out.cpu.get()));
+      c.gpu.matmul(*w.gpu, View(x.gpu.get()), n, View(out.gpu.get()));
+      const bool tiled = c.launches(gpu::kernels::gemm::id) > before;
+      if (tiled != (n >= int(PREFILL_MIN_TOKENS)))
+        throw Failure(std::to_string(n) + " tokens ran the " + (tiled ? "tiled" : "GEMV") + " kernel");
+      c.expect_close("matmul", out, size_t(n) * 24, tiled ? tiled_tol : 2e-5f);
+    });
+
+  // Fused jobs in one launch (4, then 1), every format, rows ragged against the tile.
+  add("matmul_group tiled", [tiled_tol](Ctx& c) {
+    const int n = 65, cols = 64;
+    c.shape = "5 matrices (q4, q8, bf16, f16, f32) x 64, 65 tokens";
+    const char* fmts[] = {"q4", "q8", "bf16", "f16", "f32"};
+    const int rows[] = {70, 16, 33, 1, 9};
+    std::vector<HostWeight> hw;
+    for (int j = 0; j < 5; ++j) hw.emplace_back(c.rng, fmts[j], rows[j], cols);
+    std::vector<WeightPair> w;
+    std::vector<Pair> outs;
+    for (int j = 0; j < 5; ++j) w.push_back(upload(c, hw[size_t(j)])), outs.push_back(c.zeros(size_t(n) * rows[j]));
+    Pair x = c.floats(c.rng.normals(size_t(n) * cols));
+    std::vector<Backend::MatmulJob> jc, jg;
+    for (int j = 0; j < 5; ++j) {
+      jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get())});
+      jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get())});
+    }
+    c.cpu.matmul_group(jc, View(x.cpu.get()), n);
+    c.gpu.matmul_group(jg, View(x.gpu.get()), n);
+    for (int j = 0; j < 5; ++j) c.expect_close("matmul_group tiled", outs[size_t(j)], size_t(n) * rows[j], tiled_tol);
+  });
 }
 
 }  // namespace moelens::gpu_check

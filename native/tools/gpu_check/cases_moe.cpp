@@ -77,6 +77,92 @@ void add_moe_cases(Cases& all) {
           c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
         });
 
+  // The tiled MoE prefill (counting sort by expert, grouped GEMMs, combine). Tolerance as the tiled
+  // matmul's (cases_matmul.cpp): fp16 operands, h rounded to half once more before the down
+  // projection; measured at most 7.8e-4 of the output's scale.
+  const float tiled_tol = 3e-3f;
+  // routing: "mixed" ids cycle through the experts, expert 2 never chosen; "route" runs the router
+  // with +inf bias on expert 0 (every token picks it) and -inf on expert 3 (no token does).
+  struct TiledMoe {
+    std::string fmt;
+    int group;
+    DType scale;
+    int n;
+    bool shared;
+    std::string routing;
+  };
+  for (TiledMoe m : {TiledMoe{"q4", 64, DType::BF16, 65, true, "mixed"}, TiledMoe{"q8", 32, DType::F32, 20, true, "route"},
+                     TiledMoe{"bf16", 0, DType::BF16, 70, true, "route"}, TiledMoe{"f16", 0, DType::F16, 17, false, "mixed"},
+                     TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}})
+    add("moe_experts tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
+            (m.shared ? " + shared" : "") + " " + m.routing,
+        [m, tiled_tol](Ctx& c) {
+          const int E = 6, H = 64, I = 64, K = 2, SI = 32;  // SI: a ragged row tile
+          c.shape = std::to_string(E) + " experts " + std::to_string(H) + "x" + std::to_string(I) + " top-" + std::to_string(K) +
+                    ", " + std::to_string(m.n) + " tokens" + (m.shared ? ", shared expert " + std::to_string(SI) : "") +
+                    (m.routing == "route" ? ", one expert with every token, one with none" : ", one expert with none");
+          const int group = m.group ? m.group : 64;
+          HostWeight g(c.rng, m.fmt, I, H, E, group, m.scale), u(c.rng, m.fmt, I, H, E, group, m.scale);
+          HostWeight d(c.rng, m.fmt, H, I, E, 32, m.scale);
+          HostWeight sg(c.rng, m.fmt, SI, H, 0, 32, m.scale), su(c.rng, m.fmt, SI, H, 0, 32, m.scale);
+          HostWeight sd(c.rng, m.fmt, H, SI, 0, 32, m.scale);
+          WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);
+          WeightPair SG = upload(c, sg), SU = upload(c, su), SD = upload(c, sd);
+          const size_t entries = size_t(m.n) * K;
+          Pair ids = c.ints(std::vector<int32_t>(entries, 0)), w = c.zeros(entries);
+          if (m.routing == "route") {
+            std::vector<float> bias(size_t(m.n) * E, 0.0f);
+            for (int t = 0; t < m.n; ++t) bias[size_t(t) * E] = INFINITY, bias[size_t(t) * E + 3] = -INFINITY;
+            Pair logits = c.floats(c.rng.normals(size_t(m.n) * E)), b = c.floats(bias);
+            c.cpu.route(View(logits.cpu.get()), View(b.cpu.get()), m.n, E, K, true, View(ids.cpu.get()), View(w.cpu.get()), View());
+            c.gpu.route(View(logits.gpu.get()), View(b.gpu.get()), m.n, E, K, true, View(ids.gpu.get()), View(w.gpu.get()), View());
+            c.expect_equal_ints("route ids", ids, entries);
+          } else {
+            std::vector<int32_t> id;
+            std::vector<float> wt;
+            for (int t = 0; t < m.n; ++t)
+              for (int s = 0; s < K; ++s) {
+                const int e = (t + 3 * s) % (E - 1);
+                id.push_back(e >= 2 ? e + 1 : e), wt.push_back(c.rng.uniform(0.1f, 0.5f));
+              }
+            ids = c.ints(id), w = c.floats(wt);
+          }
+          Pair x = c.floats(c.rng.normals(size_t(m.n) * H)), out = c.zeros(size_t(m.n) * H);
+          Pair gl = c.floats(c.rng.normals(size_t(m.n)));
+          Backend::SharedExpert shc, shg;
+          if (m.shared) {
+            shc = {SG.cpu.get(), SU.cpu.get(), SD.cpu.get(), View(gl.cpu.get()), 0.7f};
+            shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
+          }
+          const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id);
+          c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), m.n, K,
+                            View(out.cpu.get()), shc);
+          c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), m.n, K,
+                            View(out.gpu.get()), shg);
+          if (c.launches(gpu::kernels::moe_down_tiled::id) != before + 1)
+            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels");
+          c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
+        });
+
+  // Just under PREFILL_MIN_TOKENS: the per-token kernels, exact.
+  add("moe_experts tiled threshold", [](Ctx& c) {
+    const int E = 4, H = 64, I = 64, K = 2, n = int(PREFILL_MIN_TOKENS) - 1;
+    c.shape = std::to_string(n) + " tokens";
+    HostWeight g(c.rng, "q4", I, H, E), u(c.rng, "q4", I, H, E), d(c.rng, "q4", H, I, E);
+    WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);
+    std::vector<int32_t> id;
+    for (int t = 0; t < n; ++t) id.push_back(t % E), id.push_back((t + 1) % E);
+    Pair ids = c.ints(id), w = c.floats(c.rng.normals(size_t(n) * K)), x = c.floats(c.rng.normals(size_t(n) * H));
+    Pair out = c.zeros(size_t(n) * H);
+    const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id);
+    c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
+                      View(out.cpu.get()), {});
+    c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
+                      View(out.gpu.get()), {});
+    if (c.launches(gpu::kernels::moe_down_tiled::id) != before)
+      throw Failure(std::to_string(n) + " tokens ran the tiled expert kernels");
+    c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
+  });
 }
 
 }  // namespace moelens::gpu_check

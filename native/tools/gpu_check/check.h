@@ -91,6 +91,8 @@ struct Ctx {
       throw Failure(s.str());
     }
   }
+  // Launches of one kernel so far (which path a call took).
+  uint64_t launches(gpu::kernels::Id id) const { return gpu.dispatches_by_kernel()[size_t(id)]; }
   void expect_equal_ints(const char* what, const Pair& p, size_t n) {
     std::vector<int32_t> c(n), g(n);
     cpu.read(View(p.cpu.get()), c.data(), n);

@@ -1,10 +1,16 @@
-// Matrix products with stored weights: matmul and fused groups of matmuls of one input.
+// Matrix products with stored weights: matmul and fused groups of matmuls of one input, as GEMVs
+// (decode) or, for chunks that tiled(n) takes, as tiled GEMMs on the matrix units.
 #include <algorithm>
 #include <cmath>
 
 #include "../call.h"
 
 namespace moelens::gpu {
+
+static_assert(GEMM_THREADS == 128 && GEMM_TILE_TOKENS == 64 && GEMM_TILE_ROWS == 64,
+              "gemm: a threadgroup is 4 simdgroups, each a 32x32 quarter of the tile");
+static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0,
+              "gemm: the tile loaders give each thread whole runs of 8 columns");
 
 void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
   shader::GemvParams p{};
@@ -37,16 +43,47 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
       .threads(GEMV_THREADS).run();
 }
 
+void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
+  shader::GemmParams p{};
+  p.jobs = u32(count, "jobs");
+  p.n = u32(size_t(n), "tokens");
+  Call call(*this, k::gemm::id);
+  const int w_at[] = {k::gemm::w0, k::gemm::w1, k::gemm::w2, k::gemm::w3};
+  const int s_at[] = {k::gemm::s0, k::gemm::s1, k::gemm::s2, k::gemm::s3};
+  const int b_at[] = {k::gemm::b0, k::gemm::b1, k::gemm::b2, k::gemm::b3};
+  const int o_at[] = {k::gemm::out0, k::gemm::out1, k::gemm::out2, k::gemm::out3};
+  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) {
+    if (j >= count) {  // unused slots: bound, never read
+      call.buf(w_at[j], nullptr).buf(s_at[j], nullptr).buf(b_at[j], nullptr).buf(o_at[j], nullptr);
+      continue;
+    }
+    const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
+    if (w.experts) fail("gpu backend: matmul of an expert stack");
+    if (j > 0 && w.desc.cols != p.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
+    p.w[j] = w.desc;
+    p.cols = w.desc.cols;
+    p.first_tile[j] = p.total_tiles;
+    p.total_tiles += ceil_div(w.desc.rows, GEMM_TILE_ROWS);
+    call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
+  }
+  call.buf(k::gemm::x, x).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, GEMM_TILE_TOKENS))
+      .threads(GEMM_THREADS).run();
+}
+
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
   auto lock = enter();
   MatmulJob job{&w, out};
-  gemv_jobs(&job, 1, x, n);
+  if (tiled(n)) gemm_jobs(&job, 1, x, n);
+  else gemv_jobs(&job, 1, x, n);
 }
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
   auto lock = enter();
-  for (size_t i = 0; i < jobs.size(); i += GEMV_MAX_JOBS)
-    gemv_jobs(jobs.data() + i, std::min<size_t>(GEMV_MAX_JOBS, jobs.size() - i), x, n);
+  for (size_t i = 0; i < jobs.size(); i += GEMV_MAX_JOBS) {
+    const size_t count = std::min<size_t>(GEMV_MAX_JOBS, jobs.size() - i);
+    if (tiled(n)) gemm_jobs(jobs.data() + i, count, x, n);
+    else gemv_jobs(jobs.data() + i, count, x, n);
+  }
 }
 
 }  // namespace moelens::gpu

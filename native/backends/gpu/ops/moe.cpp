@@ -1,4 +1,5 @@
-// Mixture of experts: routing (softmax, top-k, bias edits) and the routed plus shared experts.
+// Mixture of experts: routing (softmax, top-k, bias edits) and the routed plus shared experts, per token
+// (decode) or, for chunks that tiled(n) takes, as grouped GEMMs over the experts' buckets.
 #include <algorithm>
 #include <cmath>
 
@@ -27,6 +28,7 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   const auto& D = static_cast<const GpuWeight&>(down_w);
   if (!G.experts || !U.experts || !D.experts) fail("gpu backend: moe_experts needs expert stacks");
   if (top_k > int(ROUTER_MAX_K)) fail("gpu backend: ", top_k, " experts per token (the expert kernels take ", ROUTER_MAX_K, ")");
+  if (tiled(n)) return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
   shader::MoeParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.hidden = G.desc.cols, p.inter = G.desc.rows;
@@ -62,6 +64,59 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       .buf(dn::sdw, data(SD)).buf(dn::sds, scales(SD)).buf(dn::sdb, biases(SD)).buf(dn::sh, moe_shared_h_.get())
       .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).params(dn::p, p)
       .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS).run();
+}
+
+void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const GpuWeight& D, View x, View ids,
+                                   View weights, int n, int top_k, View out, const SharedExpert& shared) {
+  if (G.experts > int64_t(ROUTER_MAX_EXPERTS))
+    fail("gpu backend: ", G.experts, " experts (the expert kernels take ", ROUTER_MAX_EXPERTS, ")");
+  shader::MoeTiledParams p{};
+  p.gate = G.desc, p.up = U.desc, p.down = D.desc;
+  p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.experts = uint32_t(G.experts), p.hidden = G.desc.cols;
+  const GpuWeight *SG = &G, *SU = &U, *SD = &D;  // bound, never read, without a shared expert
+  if (shared.gate) {
+    SG = &static_cast<const GpuWeight&>(*shared.gate);
+    SU = &static_cast<const GpuWeight&>(*shared.up);
+    SD = &static_cast<const GpuWeight&>(*shared.down);
+    p.sgate = SG->desc, p.sup = SU->desc, p.sdown = SD->desc;
+    p.shared = 1u, p.shared_scale = shared.scale;
+  }
+  const size_t entries = size_t(n) * size_t(top_k);
+  scratch(moe_offsets_, size_t(p.experts) + 1);
+  scratch(moe_entries_, entries);
+  scratch(moe_positions_, entries);
+  scratch(moe_h_, entries * G.desc.rows);
+  scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * p.sgate.rows));
+  scratch(moe_y_, entries * p.hidden);
+  scratch(moe_shared_y_, size_t(n) * p.hidden);
+  const uint32_t buckets = p.experts + p.shared, token_tiles = ceil_div(p.n, GEMM_TILE_TOKENS);
+
+  namespace bk = k::moe_bucket;
+  Call(*this, bk::id).buf(bk::ids, ids).buf(bk::offsets, moe_offsets_.get()).buf(bk::entries, moe_entries_.get())
+      .buf(bk::positions, moe_positions_.get()).params(bk::p, p).grid(1).threads((p.experts + 31) / 32 * 32).run();
+
+  namespace gu = k::moe_gate_up_tiled;
+  Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
+      .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
+      .buf(gu::sgw, SG->data.get()).buf(gu::sgs, SG->scales.get()).buf(gu::sgb, SG->biases.get())
+      .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, x)
+      .buf(gu::offsets, moe_offsets_.get()).buf(gu::entries, moe_entries_.get()).buf(gu::h, moe_h_.get())
+      .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
+      .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
+
+  namespace dn = k::moe_down_tiled;
+  Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
+      .buf(dn::sdw, SD->data.get()).buf(dn::sds, SD->scales.get()).buf(dn::sdb, SD->biases.get())
+      .buf(dn::h, moe_h_.get()).buf(dn::sh, moe_shared_h_.get()).buf(dn::offsets, moe_offsets_.get())
+      .buf(dn::entries, moe_entries_.get()).buf(dn::weights, weights)
+      .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).buf(dn::y, moe_y_.get())
+      .buf(dn::ys, moe_shared_y_.get()).params(dn::p, p)
+      .grid(ceil_div(p.hidden, GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
+
+  namespace cb = k::moe_combine;
+  Call(*this, cb::id).buf(cb::y, moe_y_.get()).buf(cb::ys, moe_shared_y_.get()).buf(cb::positions, moe_positions_.get())
+      .buf(cb::out, out).params(cb::p, p).grid(ceil_div(size_t(n) * p.hidden, ELEMENTWISE_THREADS))
+      .threads(ELEMENTWISE_THREADS).run();
 }
 
 }  // namespace moelens::gpu

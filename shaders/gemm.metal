@@ -1,0 +1,63 @@
+// Tiled matrix products for prefill chunks (n >= PREFILL_MIN_TOKENS tokens): the projections, the
+// router and the lm_head as GEMMs on simdgroup matrices, fp16 operands, fp32 accumulation.
+#include <metal_stdlib>
+using namespace metal;
+#include "tiles.h"
+
+// out_j[t, r] = W_j[r] · x[t] for up to GEMV_MAX_JOBS matrices that read the same x [n, cols] (fused
+// projections: one launch). Threadgroup (tile, token tile) computes GEMM_TILE_TOKENS tokens x
+// GEMM_TILE_ROWS rows of one job; its 4 simdgroups take a 32x32 quarter each (2x2). Each K-step
+// converts the x and W tiles to half in threadgroup memory, then multiplies; the epilogue stages each
+// quarter in threadgroup memory, 8 rows at a time, and writes whole 128-byte row segments.
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void gemm(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+                 device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
+                 device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
+                 device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
+                 device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
+                 device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
+                 device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
+                 device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
+                 device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                 uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                 uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup half xt[GEMM_TILE_TOKENS * TILE_LD];
+  threadgroup half wt[GEMM_TILE_ROWS * TILE_LD];
+  threadgroup float staging[4u * 8u * STAGING_LD];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  const uint tile = group.x, t0 = GEMM_TILE_TOKENS * group.y;
+  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
+                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
+  const WeightDesc w = pick_weight(p.w, j);
+  const uint row0 =
+      GEMM_TILE_ROWS * (tile - (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]));
+  device const uchar* data = j == 0u ? w0 : j == 1u ? w1 : j == 2u ? w2 : w3;
+  device const uchar* scales = j == 0u ? s0 : j == 1u ? s1 : j == 2u ? s2 : s3;
+  device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
+  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+
+  if (tid < GEMM_TILE_TOKENS) row_of[tid] = min(t0 + tid, p.n - 1u);  // rows past n repeat the last
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  const uint m = sg / 2u, c = sg % 2u;  // this simdgroup's quarter: tokens 32m.., rows 32c..
+  simdgroup_float8x8 acc[16];
+  for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
+    activation_tile(x, p.cols, row_of, k0, xt, tid);
+    weight_tile(w, data, scales, biases, row0, w.rows, k0, wt, tid);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    tile_products(xt, wt, m, c, acc);
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
+  }
+
+  threadgroup float* slab = staging + sg * 8u * STAGING_LD;
+  const uint row = row0 + 32u * c + lane;
+  for (uint i = 0; i < 4u; ++i) {
+    stage_slab(acc, i, slab);
+    for (uint r = 0; r < 8u; ++r) {
+      const uint t = t0 + 32u * m + 8u * i + r;
+      const float v = slab[r * STAGING_LD + lane];
+      if (t < p.n && row < w.rows) out[ulong(t) * w.rows + row] = v;
+    }
+    slab_done();
+  }
+}
