@@ -72,6 +72,10 @@
 #define ROUTER_MAX_K 64u
 // The causal conv keeps the last kernel-1 inputs per channel in registers.
 #define CONV_MAX_KERNEL 16u
+// DeltaNet prefill: the token-parallel conv computes CONV_TOKENS tokens per thread.
+#ifndef CONV_TOKENS
+#define CONV_TOKENS 16u
+#endif
 // Threads of the row-reduction kernels (rms_norm, argmax, router, attention).
 #define REDUCE_THREADS 256
 // Logits per threadgroup of the arg-max's first pass.

@@ -6,17 +6,43 @@ namespace moelens::gpu_check {
 void add_deltanet_cases(Cases& all) {
   const CaseAdder add{all};
 
-  for (int n : {1, 5})
-    add("conv_silu n" + std::to_string(n), [n](Ctx& c) {
-      c.shape = "300 channels, kernel 4";
-      const int channels = 300, kernel = 4;
-      Pair x = c.floats(c.rng.normals(size_t(n) * channels)), st = c.floats(c.rng.normals(size_t(kernel - 1) * channels));
-      Pair w = c.floats(c.rng.normals(size_t(channels) * kernel)), out = c.zeros(size_t(n) * channels);
-      c.cpu.conv_silu(View(x.cpu.get()), View(st.cpu.get()), View(w.cpu.get()), n, channels, kernel, View(out.cpu.get()));
-      c.gpu.conv_silu(View(x.gpu.get()), View(st.gpu.get()), View(w.gpu.get()), n, channels, kernel, View(out.gpu.get()));
-      c.expect_close("conv_silu out", out, size_t(n) * channels, 1e-6f);
-      c.expect_close("conv_silu state", st, size_t(kernel - 1) * channels, 0.0f);
-    });
+  // n below PREFILL_MIN_TOKENS runs conv_silu (one thread per channel), n at or above it the
+  // token-parallel conv_silu_tokens and conv_state_update: ragged token tiles and channel blocks, and
+  // kernels of 1 (no state), 4 (the model's) and 7 taps.
+  struct ConvShape {
+    int n, channels, kernel;
+  };
+  for (ConvShape s : {ConvShape{1, 300, 4}, ConvShape{5, 300, 4}, ConvShape{int(PREFILL_MIN_TOKENS), 300, 4},
+                      ConvShape{65, 300, 4}, ConvShape{130, 257, 4}, ConvShape{40, 300, 1}, ConvShape{37, 70, 7}})
+    add("conv_silu n" + std::to_string(s.n) + " c" + std::to_string(s.channels) + " k" + std::to_string(s.kernel),
+        [s](Ctx& c) {
+          c.shape = std::to_string(s.channels) + " channels, kernel " + std::to_string(s.kernel) + ", " +
+                    std::to_string(s.n) + " tokens";
+          const int n = s.n, channels = s.channels, kernel = s.kernel;
+          const size_t past = size_t(kernel - 1) * channels;
+          Pair x = c.floats(c.rng.normals(size_t(n) * channels)), st = c.floats(c.rng.normals(std::max<size_t>(past, 1)));
+          Pair w = c.floats(c.rng.normals(size_t(channels) * kernel)), out = c.zeros(size_t(n) * channels);
+          c.cpu.conv_silu(View(x.cpu.get()), View(st.cpu.get()), View(w.cpu.get()), n, channels, kernel, View(out.cpu.get()));
+          c.gpu.conv_silu(View(x.gpu.get()), View(st.gpu.get()), View(w.gpu.get()), n, channels, kernel, View(out.gpu.get()));
+          c.expect_close("conv_silu out", out, size_t(n) * channels, 1e-6f);
+          c.expect_close("conv_silu state", st, past, 0.0f);
+        });
+
+  // A prompt chunk on the token-parallel kernels leaves the state the one-token conv continues from.
+  add("conv_silu prefill then decode", [](Ctx& c) {
+    const int n = 70, channels = 300, kernel = 4, steps = 3;
+    c.shape = "300 channels, kernel 4, 70 tokens then 3 one by one";
+    Pair x = c.floats(c.rng.normals(size_t(n + steps) * channels)), st = c.floats(c.rng.normals(size_t(kernel - 1) * channels));
+    Pair w = c.floats(c.rng.normals(size_t(channels) * kernel)), out = c.zeros(size_t(n + steps) * channels);
+    for (int t0 : {0, n, n + 1, n + 2}) {
+      const int m = t0 == 0 ? n : 1;
+      const size_t at = size_t(t0) * channels;
+      c.cpu.conv_silu(View(x.cpu.get(), at), View(st.cpu.get()), View(w.cpu.get()), m, channels, kernel, View(out.cpu.get(), at));
+      c.gpu.conv_silu(View(x.gpu.get(), at), View(st.gpu.get()), View(w.gpu.get()), m, channels, kernel, View(out.gpu.get(), at));
+    }
+    c.expect_close("conv_silu out", out, size_t(n + steps) * channels, 1e-6f);
+    c.expect_close("conv_silu state", st, size_t(kernel - 1) * channels, 0.0f);
+  });
 
   struct DnShape {
     int kh, vh, dk, dv, n;

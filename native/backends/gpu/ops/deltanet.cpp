@@ -10,6 +10,14 @@ void GpuBackend::conv_silu(View x, View state, View weights, int n, int channels
   auto lock = enter();
   if (kernel < 1 || kernel > int(CONV_MAX_KERNEL)) fail("gpu backend: conv kernel of ", kernel, " taps (at most ", CONV_MAX_KERNEL, ")");
   shader::ConvParams p{u32(size_t(n), "tokens"), u32(size_t(channels), "channels"), uint32_t(kernel)};
+  if (tiled(n)) {  // token-parallel, then the state once every token has read it
+    Call(*this, k::conv_silu_tokens::id).buf(k::conv_silu_tokens::x, x).buf(k::conv_silu_tokens::state, state)
+        .buf(k::conv_silu_tokens::w, weights).buf(k::conv_silu_tokens::out, out).params(k::conv_silu_tokens::p, p)
+        .grid(ceil_div(p.channels, ELEMENTWISE_THREADS), ceil_div(p.n, CONV_TOKENS)).threads(ELEMENTWISE_THREADS).run();
+    Call(*this, k::conv_state_update::id).buf(k::conv_state_update::x, x).buf(k::conv_state_update::state, state)
+        .params(k::conv_state_update::p, p).grid(ceil_div(p.channels, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
+    return;
+  }
   Call(*this, k::conv_silu::id).buf(k::conv_silu::x, x).buf(k::conv_silu::state, state).buf(k::conv_silu::w, weights)
       .buf(k::conv_silu::out, out).params(k::conv_silu::p, p).grid(ceil_div(p.channels, ELEMENTWISE_THREADS))
       .threads(ELEMENTWISE_THREADS).run();
