@@ -1,8 +1,8 @@
 // moelens-gpu-bench: decode and prefill speed of a checkpoint on a GPU backend, and agreement of that
 // backend with the CPU backend (the reference). For machines without Node (the H200) and for a Mac.
 //
-//   moelens-gpu-bench speed DIR [--backend cuda] [--prompt 256] [--decode 128] [--warmup 4] [--peak-gbps 4800]
-//   moelens-gpu-bench agree DIR... [--backend cuda] [--positions 64] [--decode 32]
+//   moelens-gpu-bench speed DIR [--backend cuda] [--precision fp16|fp32] [--prompt 256] [--decode 128] [--warmup 4] [--peak-gbps 4800]
+//   moelens-gpu-bench agree DIR... [--backend cuda] [--precision fp16|fp32] [--positions 64] [--decode 32]
 //
 // speed: a synthetic prompt (token i = (i * 2654435761 mod 2^32) mod vocab, as Lily's benchmark), one
 // timed prefill, then greedy decoding twice: with the logits read back each step, and with the token
@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Options {
-  std::string mode, backend = "cuda";
+  std::string mode, backend = "cuda", precision;  // empty: the backend's default
   std::vector<std::string> dirs;
   int prompt = 256, decode = -1, warmup = 4, positions = 64;
   double peak_gbps = 4800;
@@ -70,9 +70,9 @@ double bytes_per_token(const Model& m, int context) {
 }
 
 int speed(const Options& o) {
-  std::printf("loading %s on %s...\n", o.dirs[0].c_str(), o.backend.c_str());
+  std::printf("loading %s on %s (precision %s)...\n", o.dirs[0].c_str(), o.backend.c_str(), o.precision.empty() ? "default" : o.precision.c_str());
   const auto t0 = Clock::now();
-  std::unique_ptr<Model> model = Model::load(o.dirs[0], make_backend(o.backend));
+  std::unique_ptr<Model> model = Model::load(o.dirs[0], make_backend(o.backend, {0, o.precision}));
   const ModelConfig& c = model->config();
   std::printf("loaded in %.1f s: %d layers, hidden %d, %d experts top-%d, vocab %d, %.2f GB of weights\n",
               seconds(t0, Clock::now()), c.num_layers, c.hidden_size, c.num_experts, c.experts_per_token, c.vocab_size,
@@ -168,7 +168,7 @@ int agree(const Options& o) {
   int failures = 0;
   for (const std::string& dir : o.dirs) {
     std::unique_ptr<Model> ref = Model::load(dir, make_backend("cpu"));
-    std::unique_ptr<Model> dev = Model::load(dir, make_backend(o.backend));
+    std::unique_ptr<Model> dev = Model::load(dir, make_backend(o.backend, {0, o.precision}));
     const int V = ref->config().vocab_size;
     std::mt19937 rng(12345);
     std::vector<int32_t> ids(size_t(o.positions));
@@ -222,12 +222,18 @@ int agree(const Options& o) {
   return failures ? 1 : 0;
 }
 
+std::string backend_list() {
+  std::string s;
+  for (const std::string& n : backend_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 void usage() {
   std::printf(
-      "usage: moelens-gpu-bench speed DIR [--backend NAME] [--prompt N] [--decode N] [--warmup N] [--peak-gbps G]\n"
-      "       moelens-gpu-bench agree DIR... [--backend NAME] [--positions N] [--decode N]\n"
-      "Backends in this build: cpu, %s.\n",
-      gpu::available_runtimes().c_str());
+      "usage: moelens-gpu-bench speed DIR [--backend NAME] [--precision P] [--prompt N] [--decode N] [--warmup N] [--peak-gbps G]\n"
+      "       moelens-gpu-bench agree DIR... [--backend NAME] [--precision P] [--positions N] [--decode N]\n"
+      "Backends in this build: %s.\n",
+      backend_list().c_str());
 }
 
 }  // namespace
@@ -246,6 +252,7 @@ int main(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") return usage(), 0;
     if (a == "--backend" && i + 1 < argc) o.backend = argv[++i];
+    else if (a == "--precision" && i + 1 < argc) o.precision = argv[++i];
     else if (a == "--prompt") o.prompt = int(number());
     else if (a == "--decode") o.decode = int(number());
     else if (a == "--warmup") o.warmup = int(number());

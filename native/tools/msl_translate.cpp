@@ -525,6 +525,16 @@ std::string cuda_file(const ShaderFile& f) {
     else if (t.text == "constant") edits.push_back({t.begin, t.end, "const"});
     else if (t.text == "threadgroup") edits.push_back({t.begin, t.end, tg_decl_starts.count(t.begin) ? "__shared__" : ""});
   }
+  // MSL's vector constructors are CUDA's make_ functions (CUDA's vector types have no constructors),
+  // so a vector is built from all its components: `ulong2(x, y)`, not `ulong2(0)`.
+  {
+    static const std::set<std::string> vectors = {"float2", "float3", "float4", "int2", "int3", "int4", "uint2", "uint3",
+                                                  "uint4", "ulong2", "ushort2", "ushort3", "ushort4", "uchar4"};
+    const auto& t = f.toks;
+    for (size_t i = 0; i + 1 < t.size(); ++i)
+      if (t[i].kind == Tok::Ident && vectors.count(t[i].text) && t[i + 1].text == "(" && !in_signature(t[i].begin))
+        edits.push_back({t[i].begin, t[i].end, "make_" + t[i].text});
+  }
   // Helper functions become device functions: `__device__` goes at the start of each definition at
   // file scope (after a template header).
   {

@@ -113,6 +113,21 @@ if(MOELENS_GPU_CHECK)
                  ${MOELENS_GPU_DIR}/emulator/emulator.cpp ${selftest_gen}/broken.emu.cpp ${selftest_gen}/emu_table.cpp)
   target_include_directories(moelens-emu-selftest PRIVATE ${selftest_gen} ${MOELENS_GPU_DIR})
   set_source_files_properties(${selftest_gen}/broken.emu.cpp PROPERTIES COMPILE_OPTIONS "-Wno-unused-parameter;-Wno-unused-variable")
+  if(MOELENS_CUDA)
+    # The self-test's simdgroup matrix kernel on the GPU (tensor cores), against the same exact products.
+    add_custom_command(
+      OUTPUT ${selftest_gen}/cuda/broken.cu
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${selftest_gen}/cuda
+      COMMAND msl-translate --out ${selftest_gen}/cuda --cuda ${selftest_src}
+      DEPENDS msl-translate ${selftest_src}
+      VERBATIM)
+    add_executable(moelens-cuda-matrix-check ${MOELENS_GPU_DIR}/emulator/selftest/cuda_matrices.cu ${selftest_gen}/cuda/broken.cu)
+    set_source_files_properties(${selftest_gen}/cuda/broken.cu PROPERTIES HEADER_FILE_ONLY ON)
+    target_include_directories(moelens-cuda-matrix-check PRIVATE ${selftest_gen}/cuda ${MOELENS_SHADER_DIR} ${MOELENS_GPU_DIR})
+    set_target_properties(moelens-cuda-matrix-check PROPERTIES COMPILE_OPTIONS "")
+    target_compile_options(moelens-cuda-matrix-check PRIVATE --expt-relaxed-constexpr -Xcudafe --diag_suppress=177)
+    target_link_libraries(moelens-cuda-matrix-check PRIVATE CUDA::cudart)
+  endif()
   # Strict mode: the translated shaders compiled by clang with distinct address spaces, so that a
   # device/threadgroup/constant mix-up is an error here as it is for Apple's compiler.
   find_program(MOELENS_CLANGXX NAMES clang++-19 clang++-18 clang++-17 clang++-16 clang++)

@@ -181,7 +181,8 @@ const char* op_name(SimdOp op) {
   static const char* names[] = {"simd_sum", "simd_product", "simd_min", "simd_max", "simd_and", "simd_or", "simd_xor",
                                 "simd_shuffle", "simd_shuffle_down", "simd_shuffle_up", "simd_shuffle_xor",
                                 "simd_broadcast", "simd_prefix_exclusive_sum", "simd_prefix_inclusive_sum",
-                                "simd_all", "simd_any", "simdgroup_barrier"};
+                                "simd_all", "simd_any", "simdgroup_barrier",
+                                "simdgroup matrix operation"};
   return names[int(op)];
 }
 
@@ -229,6 +230,14 @@ std::string compute_collective(Fiber** lanes) {
     if (lanes[i]->type != type) return std::string(op_name(op)) + " called with different argument types across lanes";
   switch (op) {
     case SimdOp::Barrier:
+      break;
+    case SimdOp::Uniform:  // a simdgroup matrix operation: every lane passes the same arguments
+      for (int i = 0; i < kSimdWidth; ++i) {
+        if (lanes[i]->value != lanes[0]->value)
+          return std::string(op_name(op)) + " with arguments (pointer, elements per row, origin, transpose) that differ "
+                 "between lane 0 and lane " + std::to_string(i);
+        lanes[i]->result = uint32_t(i);
+      }
       break;
     case SimdOp::Sum: case SimdOp::Product: case SimdOp::Min: case SimdOp::Max:
     case SimdOp::PrefixExclusiveSum: case SimdOp::PrefixInclusiveSum:

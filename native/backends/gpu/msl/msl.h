@@ -69,6 +69,11 @@ typedef __half half;
 
 // ---- scalar and vector types ----
 
+#if defined(MOELENS_MSL_STRICT)
+// The strict check only compiles: a scalar half lives in any address space, as on a GPU (a struct
+// could not be assigned through a threadgroup or device pointer there).
+typedef _Float16 half;
+#else
 struct half {
   uint16_t bits = 0;
   half() = default;
@@ -98,6 +103,7 @@ struct half {
     return uint16_t(sign | v);
   }
 };
+#endif
 
 namespace msl_emu {
 // A vector read from or written through a misaligned address (fine on x86, a fault or garbage on a GPU).
@@ -175,6 +181,7 @@ using int4 = msl_vec<int, 4>;
 using uint2 = msl_vec<uint, 2>;
 using uint3 = msl_vec<uint, 3>;
 using uint4 = msl_vec<uint, 4>;
+using ulong2 = msl_vec<ulong, 2>;
 using ushort2 = msl_vec<ushort, 2>;
 using ushort3 = msl_vec<ushort, 3>;
 using ushort4 = msl_vec<ushort, 4>;
@@ -185,7 +192,7 @@ static_assert(sizeof(float3) == 16 && sizeof(uint4) == 16 && alignof(uint4) == 1
 namespace msl_emu {
 
 enum class SimdOp : int { Sum, Product, Min, Max, And, Or, Xor, Shuffle, ShuffleDown, ShuffleUp, ShuffleXor, Broadcast,
-                          PrefixExclusiveSum, PrefixInclusiveSum, All, Any, Barrier };
+                          PrefixExclusiveSum, PrefixInclusiveSum, All, Any, Barrier, Uniform };
 enum class ValueType : int { F32, I32, U32 };
 
 // Suspends the calling GPU thread until its simdgroup's 32 lanes reach this collective; returns this
@@ -348,6 +355,90 @@ MSL_FN float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi)
 MSL_FN int clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
 MSL_FN uint clamp(uint x, uint lo, uint hi) { return min(max(x, lo), hi); }
 
+// ---- simdgroup matrices ----
+// Each lane holds two elements of an 8x8 matrix in the register layout of mma.sync m16n8k8 (the rows
+// 0-7 of its 16-row operands): a float matrix as the accumulator, row lane/4 and columns 2(lane%4) and
+// 2(lane%4)+1; a half matrix twice, as the A operand (the same elements) and as the B operand (rows
+// 2(lane%4) and 2(lane%4)+1 of column lane/4), so that either role costs no shuffles. One
+// simdgroup_multiply_accumulate is one tensor-core instruction whose rows 8-15 are zero.
+template <class T, int Rows, int Cols>
+struct simdgroup_matrix;
+template <>
+struct simdgroup_matrix<half, 8, 8> {
+  uint32_t a, b;  // two halves each: as the A operand, as the B operand
+};
+template <>
+struct simdgroup_matrix<float, 8, 8> {
+  float c0, c1;
+};
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+
+namespace simdgroup_detail {
+MSL_FN uint32_t pack(half lo, half hi) {
+  return uint32_t(__half_as_ushort(lo)) | (uint32_t(__half_as_ushort(hi)) << 16);
+}
+// The lane of the calling thread in its warp (threads are numbered x first, as simdgroups are).
+MSL_FN uint lane() { return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u; }
+MSL_FN size_t element_index(uint r, uint c, ulong elements_per_row, ulong2 origin, bool transpose) {
+  return transpose ? size_t((origin.y + c) * elements_per_row + origin.x + r)
+                   : size_t((origin.y + r) * elements_per_row + origin.x + c);
+}
+}  // namespace simdgroup_detail
+
+template <class T, int Rows, int Cols>
+MSL_FN simdgroup_matrix<T, Rows, Cols> make_filled_simdgroup_matrix(T value);
+template <>
+MSL_FN simdgroup_float8x8 make_filled_simdgroup_matrix<float, 8, 8>(float value) {
+  return {value, value};
+}
+template <>
+MSL_FN simdgroup_half8x8 make_filled_simdgroup_matrix<half, 8, 8>(half value) {
+  const uint32_t w = simdgroup_detail::pack(value, value);
+  return {w, w};
+}
+
+MSL_FN void simdgroup_load(simdgroup_half8x8& m, const half* src, ulong elements_per_row,
+                           ulong2 origin = make_ulong2(0, 0), bool transpose = false) {
+  const uint lane = simdgroup_detail::lane(), g = lane >> 2, t2 = (lane & 3u) * 2u;
+  using simdgroup_detail::element_index;
+  m.a = simdgroup_detail::pack(src[element_index(g, t2, elements_per_row, origin, transpose)],
+                               src[element_index(g, t2 + 1u, elements_per_row, origin, transpose)]);
+  m.b = simdgroup_detail::pack(src[element_index(t2, g, elements_per_row, origin, transpose)],
+                               src[element_index(t2 + 1u, g, elements_per_row, origin, transpose)]);
+}
+MSL_FN void simdgroup_load(simdgroup_float8x8& m, const float* src, ulong elements_per_row,
+                           ulong2 origin = make_ulong2(0, 0), bool transpose = false) {
+  const uint lane = simdgroup_detail::lane(), g = lane >> 2, t2 = (lane & 3u) * 2u;
+  m.c0 = src[simdgroup_detail::element_index(g, t2, elements_per_row, origin, transpose)];
+  m.c1 = src[simdgroup_detail::element_index(g, t2 + 1u, elements_per_row, origin, transpose)];
+}
+MSL_FN void simdgroup_store(simdgroup_float8x8 m, float* dst, ulong elements_per_row,
+                            ulong2 origin = make_ulong2(0, 0), bool transpose = false) {
+  const uint lane = simdgroup_detail::lane(), g = lane >> 2, t2 = (lane & 3u) * 2u;
+  dst[simdgroup_detail::element_index(g, t2, elements_per_row, origin, transpose)] = m.c0;
+  dst[simdgroup_detail::element_index(g, t2 + 1u, elements_per_row, origin, transpose)] = m.c1;
+}
+MSL_FN void simdgroup_store(simdgroup_half8x8 m, half* dst, ulong elements_per_row,
+                            ulong2 origin = make_ulong2(0, 0), bool transpose = false) {
+  const uint lane = simdgroup_detail::lane(), g = lane >> 2, t2 = (lane & 3u) * 2u;
+  dst[simdgroup_detail::element_index(g, t2, elements_per_row, origin, transpose)] = __ushort_as_half(ushort(m.a & 0xffffu));
+  dst[simdgroup_detail::element_index(g, t2 + 1u, elements_per_row, origin, transpose)] = __ushort_as_half(ushort(m.a >> 16));
+}
+
+// d = a * b + c on the tensor cores (fp16 operands, fp32 accumulation).
+MSL_FN void simdgroup_multiply_accumulate(simdgroup_float8x8& d, simdgroup_half8x8 a, simdgroup_half8x8 b,
+                                          simdgroup_float8x8 c) {
+  [[maybe_unused]] float unused0, unused1;  // rows 8-15
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+      : "=f"(d.c0), "=f"(d.c1), "=f"(unused0), "=f"(unused1)
+      : "r"(a.a), "r"(0u), "r"(b.b), "f"(c.c0), "f"(c.c1), "f"(0.0f), "f"(0.0f));
+}
+MSL_FN void simdgroup_multiply(simdgroup_float8x8& d, simdgroup_half8x8 a, simdgroup_half8x8 b) {
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<float, 8, 8>(0.0f));
+}
+
 // precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
 namespace precise {
 MSL_FN float exp(float x) { return ::expf(x); }
@@ -495,6 +586,88 @@ inline bool isnan(float x) { return std::isnan(x); }
 inline bool isinf(float x) { return std::isinf(x); }
 inline bool isfinite(float x) { return std::isfinite(x); }
 inline bool signbit(float x) { return std::signbit(x); }
+
+// ---- simdgroup matrices ----
+// The emulator gives every lane the whole 8x8 matrix: the subset has no thread_elements(), so how a
+// GPU spreads a matrix over its lanes cannot be observed. Every operation is a collective: all 32
+// lanes call it at the same site, loads and stores with the same arguments (checked), so the lanes'
+// copies stay equal. A store writes two elements per lane, as a GPU does, so reading a stored matrix
+// with per-thread code before a barrier shows.
+template <class T, int Rows, int Cols>
+struct simdgroup_matrix {
+  static_assert(Rows == 8 && Cols == 8, "the portable subset has 8x8 simdgroup matrices");
+  T e[64];  // row-major
+};
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+
+template <class T, int Rows, int Cols>
+inline simdgroup_matrix<T, Rows, Cols> make_filled_simdgroup_matrix(T value) {
+  simdgroup_matrix<T, Rows, Cols> m;
+  for (T& x : m.e) x = value;
+  return m;
+}
+
+namespace simdgroup_detail {
+// One value of the arguments every lane must agree on.
+inline uint argument_digest(const void* p, ulong elements_per_row, ulong2 origin, bool transpose) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t v : {uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(elements_per_row), uint64_t(origin.x),
+                     uint64_t(origin.y), uint64_t(transpose)})
+    h = (h ^ v) * 1099511628211ull;
+  return uint(h ^ (h >> 32));
+}
+inline size_t element_index(int r, int c, ulong elements_per_row, ulong2 origin, bool transpose) {
+  return transpose ? size_t((origin.y + ulong(c)) * elements_per_row + origin.x + ulong(r))
+                   : size_t((origin.y + ulong(r)) * elements_per_row + origin.x + ulong(c));
+}
+}  // namespace simdgroup_detail
+
+#define MSL_SIMDGROUP_LOAD_STORE(T, AS)                                                                           \
+  inline void simdgroup_load(simdgroup_matrix<T, 8, 8>& m, const AS T* src, ulong elements_per_row,             \
+                             ulong2 origin = ulong2(0, 0), bool transpose = false, int line = __builtin_LINE(), \
+                             const char* file = __builtin_FILE()) {                                             \
+    msl_emu::collective<uint>(msl_emu::SimdOp::Uniform,                                                           \
+                              simdgroup_detail::argument_digest((const void*)src, elements_per_row, origin, transpose), \
+                              0u, line, file);                                                                  \
+    for (int r = 0; r < 8; ++r)                                                                                   \
+      for (int c = 0; c < 8; ++c)                                                                                 \
+        m.e[r * 8 + c] = src[simdgroup_detail::element_index(r, c, elements_per_row, origin, transpose)];        \
+  }                                                                                                               \
+  inline void simdgroup_store(simdgroup_matrix<T, 8, 8> m, AS T* dst, ulong elements_per_row,                   \
+                              ulong2 origin = ulong2(0, 0), bool transpose = false, int line = __builtin_LINE(), \
+                              const char* file = __builtin_FILE()) {                                            \
+    const uint lane = msl_emu::collective<uint>(msl_emu::SimdOp::Uniform,                                         \
+        simdgroup_detail::argument_digest((const void*)dst, elements_per_row, origin, transpose), 0u, line, file); \
+    for (int i = 2 * int(lane); i < 2 * int(lane) + 2; ++i)                                                       \
+      dst[simdgroup_detail::element_index(i / 8, i % 8, elements_per_row, origin, transpose)] = m.e[i];          \
+  }
+MSL_SIMDGROUP_LOAD_STORE(half, MSL_AS_THREADGROUP)
+MSL_SIMDGROUP_LOAD_STORE(float, MSL_AS_THREADGROUP)
+#if defined(MOELENS_MSL_STRICT)
+MSL_SIMDGROUP_LOAD_STORE(half, MSL_AS_DEVICE)
+MSL_SIMDGROUP_LOAD_STORE(float, MSL_AS_DEVICE)
+#endif
+#undef MSL_SIMDGROUP_LOAD_STORE
+
+// d = a * b + c: products of fp16 values are exact in fp32, summed in fp32 over k in order.
+inline void simdgroup_multiply_accumulate(simdgroup_float8x8& d, const simdgroup_half8x8& a, const simdgroup_half8x8& b,
+                                          const simdgroup_float8x8& c, int line = __builtin_LINE(),
+                                          const char* file = __builtin_FILE()) {
+  msl_emu::collective<uint>(msl_emu::SimdOp::Uniform, 0u, 0u, line, file);
+  simdgroup_float8x8 out;
+  for (int r = 0; r < 8; ++r)
+    for (int col = 0; col < 8; ++col) {
+      float acc = c.e[r * 8 + col];
+      for (int k = 0; k < 8; ++k) acc = std::fma(float(a.e[r * 8 + k]), float(b.e[k * 8 + col]), acc);
+      out.e[r * 8 + col] = acc;
+    }
+  d = out;
+}
+inline void simdgroup_multiply(simdgroup_float8x8& d, const simdgroup_half8x8& a, const simdgroup_half8x8& b,
+                               int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<float, 8, 8>(0.0f), line, file);
+}
 #endif
 
 MSL_FN float select(float a, float b, bool c) { return c ? b : a; }

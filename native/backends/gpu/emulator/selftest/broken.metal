@@ -80,3 +80,72 @@ kernel void misaligned_vector_load(device float* out [[buffer(0)]], uint lane [[
   const float4 v = ((device const float4*)(out + 1))[0];
   out[lane] = v.x;
 }
+
+// Simdgroup matrices, for their results: two 8x16 by 16x8 products accumulated onto 0.5, the second
+// matrix loaded row-major by simdgroup 0 and transposed (from its transpose) by simdgroup 1, k-blocks
+// addressed by origin; both results stored at an origin. Inputs in out[0, 256), results in out[0, 128).
+kernel void simdgroup_matrices(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]],
+                               uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup half a[128];   // [8][16]
+  threadgroup half b[128];   // [16][8]
+  threadgroup half bt[128];  // [8][16]: bt[n][k] = b[k][n]
+  threadgroup float c[128];  // [16][8]
+  for (uint j = i; j < 128u; j += 64u) {
+    a[j] = half(out[j]);
+    b[j] = half(out[128u + j]);
+    bt[(j % 8u) * 16u + j / 8u] = half(out[128u + j]);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_half8x8 ma;
+  simdgroup_half8x8 mb;
+  simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.5f);
+  for (uint kb = 0u; kb < 2u; ++kb) {
+    simdgroup_load(ma, a, 16, ulong2(kb * 8u, 0u));
+    if (sg == 0u) simdgroup_load(mb, b, 8, ulong2(0u, kb * 8u));
+    else simdgroup_load(mb, bt, 16, ulong2(kb * 8u, 0u), true);
+    simdgroup_multiply_accumulate(acc, ma, mb, acc);
+  }
+  simdgroup_store(acc, c, 8, ulong2(0u, sg * 8u));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint j = i; j < 128u; j += 64u) out[j] = c[j];
+}
+
+// A simdgroup matrix load that half of the lanes skip.
+kernel void matrix_load_divergent(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup half a[64];
+  a[lane] = half(1.0f);
+  a[lane + 32u] = half(1.0f);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_half8x8 m = make_filled_simdgroup_matrix<half, 8, 8>(half(0.0f));
+  if (lane < 16u) simdgroup_load(m, a, 8);
+  simdgroup_float8x8 c;
+  simdgroup_multiply(c, m, m);
+  simdgroup_store(c, out, 8);
+}
+
+// A simdgroup matrix load whose source differs between lanes.
+kernel void matrix_load_nonuniform(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup half a[128];
+  for (uint j = lane; j < 128u; j += 32u) a[j] = half(1.0f);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_half8x8 m;
+  simdgroup_load(m, a + lane, 8);
+  simdgroup_float8x8 c;
+  simdgroup_multiply(c, m, m);
+  simdgroup_store(c, out, 8);
+}
+
+// Reading what other lanes of the simdgroup stored, without (or with) a barrier in between.
+kernel void matrix_store_then_read(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float c[64];
+  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(2.0f);
+  simdgroup_store(m, c, 8);
+  out[lane] = c[63u - lane];
+}
+kernel void matrix_store_barrier_read(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float c[64];
+  simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(2.0f);
+  simdgroup_store(m, c, 8);
+  simdgroup_barrier(mem_flags::mem_threadgroup);
+  out[lane] = c[63u - lane];
+}

@@ -1,6 +1,6 @@
 // moelens-emu-selftest: the emulator's own checks, on kernels that break the portable subset's rules
 // (broken.metal): each must be reported (or, for a missing barrier, give a wrong result in some thread
-// order), and the collectives must compute what MSL specifies. Exits 1 on the first check that fails.
+// order), and the collectives and simdgroup matrices must compute what MSL specifies. Exits 1 on the first check that fails.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -90,6 +90,42 @@ int main() {
   }
   check(ok, "simd_sum, simd_max, simd_prefix_exclusive_sum, simd_shuffle_down, simd_shuffle_xor, simd_broadcast" +
                 (e.empty() ? "" : ": " + e));
+
+  // Simdgroup matrices: values that are exact in half, so the products and sums are exact in fp32.
+  for (Order o : {Order::Forward, Order::Reverse, Order::Random}) {
+    std::vector<float> m(256);
+    for (size_t j = 0; j < 256; ++j) m[j] = float(int(j * 7 % 13) - 6) * 0.25f;
+    const std::vector<float> in = m;
+    e = launch(k::Id::simdgroup_matrices, 64, m, o);
+    bool exact = e.empty();
+    for (int s = 0; s < 2 && exact; ++s)
+      for (int r = 0; r < 8; ++r)
+        for (int n = 0; n < 8; ++n) {
+          double want = 0.5;
+          for (int kk = 0; kk < 16; ++kk) want += double(in[size_t(r * 16 + kk)]) * double(in[size_t(128 + kk * 8 + n)]);
+          exact &= double(m[size_t((s * 8 + r) * 8 + n)]) == want;
+        }
+    check(exact, std::string("simdgroup_load (origin, transpose), simdgroup_multiply_accumulate, simdgroup_store in ") +
+                     msl_emu::order_name(o) + " order" + (e.empty() ? "" : ": " + e));
+  }
+  e = launch(k::Id::matrix_load_divergent, 32, out, Order::Forward);
+  check(contains(e, "simdgroup matrix operation"), "simdgroup_load skipped by some lanes: " + e);
+  e = launch(k::Id::matrix_load_nonuniform, 32, out, Order::Forward);
+  check(contains(e, "differ between lane 0 and lane 1"), "simdgroup_load from a different source per lane: " + e);
+  for (Order o : {Order::Forward, Order::Reverse}) {
+    e = launch(k::Id::matrix_store_then_read, 32, out, o);
+    bool poisoned = false;
+    for (int l = 0; l < 32; ++l) poisoned |= std::isnan(out[size_t(l)]);
+    check(e.empty() && poisoned, std::string("simdgroup_store read by other lanes without a barrier: NaN poison in ") +
+                                     msl_emu::order_name(o) + " order");
+  }
+  for (Order o : {Order::Forward, Order::Reverse, Order::Random}) {
+    e = launch(k::Id::matrix_store_barrier_read, 32, out, o);
+    bool twos = e.empty();
+    for (int l = 0; l < 32; ++l) twos &= out[size_t(l)] == 2.0f;
+    check(twos, std::string("simdgroup_store, simdgroup_barrier, then read by other lanes in ") + msl_emu::order_name(o) +
+                    " order");
+  }
 
   std::printf("%s\n", failures ? "emulator self-test FAILED" : "emulator self-test passed");
   return failures ? 1 : 0;
