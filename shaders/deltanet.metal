@@ -4,14 +4,6 @@
 using namespace metal;
 #include "common.h"
 
-// log(1 + e^x) as torch computes it (x above 20 returns x); small e^x takes the series so that the
-// result keeps its relative precision, as log1p does.
-inline float softplus(float x) {
-  if (x > 20.0f) return x;
-  const float e = exp(x);
-  return e < 1e-4f ? e * (1.0f - 0.5f * e) : log(1.0f + e);
-}
-
 // One thread per channel: out[t, c] = silu(Σ_j w[c, j] · stream[t + j, c]) where stream is the
 // `kernel-1` cached raw inputs followed by x; the cache then keeps the last kernel-1 rows of the stream.
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_silu(device const float* x [[buffer(0)]], device float* state [[buffer(1)]],
@@ -37,6 +29,49 @@ inline float softplus(float x) {
   }
   for (uint j = 0; j < CONV_MAX_KERNEL; ++j)
     if (j < past) state[ulong(j) * p.channels + c] = window[j];
+}
+
+// The same for prompts (GpuBackend::tiled), token-parallel: CONV_TOKENS tokens per thread, the rows a
+// thread needs (its tokens and the kernel-1 before them) loaded at once, clamped, then combined.
+// grid (channels / ELEMENTWISE_THREADS, n / CONV_TOKENS). The state is only read here:
+// conv_state_update replaces it once every token has been computed.
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_silu_tokens(
+    device const float* x [[buffer(0)]], device const float* state [[buffer(1)]], device const float* w [[buffer(2)]],
+    device float* out [[buffer(3)]], constant ConvParams& p [[buffer(4)]], uint2 group [[threadgroup_position_in_grid]],
+    uint tid [[thread_index_in_threadgroup]]) {
+  const uint C = p.channels, past = p.kernel - 1u;
+  const uint c = group.x * ELEMENTWISE_THREADS + tid, cl = min(c, C - 1u);
+  const uint t0 = group.y * CONV_TOKENS;
+  float wc[CONV_MAX_KERNEL], win[CONV_TOKENS + CONV_MAX_KERNEL - 1u];
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) wc[j] = w[ulong(cl) * p.kernel + min(j, p.kernel - 1u)];
+  for (uint i = 0; i < CONV_TOKENS + CONV_MAX_KERNEL - 1u; ++i) {  // stream row t0 + i
+    const uint r = t0 + i;
+    const float from_state = past > 0u ? state[ulong(min(r, past - 1u)) * C + cl] : 0.0f;
+    const float from_x = x[ulong(min(max(r, past) - past, p.n - 1u)) * C + cl];
+    win[i] = r < past ? from_state : from_x;
+  }
+  for (uint t = 0; t < CONV_TOKENS; ++t) {
+    float acc = 0.0f;
+    for (uint j = 0; j < CONV_MAX_KERNEL; ++j) acc += j < p.kernel ? wc[j] * win[t + j] : 0.0f;
+    if (t0 + t < p.n && c < C) out[ulong(t0 + t) * C + c] = silu(acc);
+  }
+}
+
+// The conv state after the chunk: the last kernel-1 rows of the stream, read before any is written
+// (a short chunk keeps some of the old rows). One thread per channel.
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_state_update(
+    device const float* x [[buffer(0)]], device float* state [[buffer(1)]], constant ConvParams& p [[buffer(2)]],
+    uint c [[thread_position_in_grid]]) {
+  const uint C = p.channels, past = p.kernel - 1u, cl = min(c, C - 1u);
+  float rows[CONV_MAX_KERNEL];
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) {  // stream row n + j
+    const uint r = p.n + j;
+    const float from_state = past > 0u ? state[ulong(min(r, past - 1u)) * C + cl] : 0.0f;
+    const float from_x = x[ulong(min(max(r, past) - past, p.n - 1u)) * C + cl];
+    rows[j] = r < past ? from_state : from_x;
+  }
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j)
+    if (j < past && c < C) state[ulong(j) * C + c] = rows[j];
 }
 
 // The gated delta rule, token by token:
