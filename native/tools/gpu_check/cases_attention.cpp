@@ -51,7 +51,7 @@ void add_attention_cases(Cases& all) {
 
   // Prefill calls (n >= PREFILL_MIN_TOKENS at fp16) run the flash-attention kernel of their head dim:
   // fp16 q, k, v and weights, fp32 accumulation. Their tolerance, 5e-3 of the largest |out|, is 2.5x the
-  // worst error measured over these shapes with seeds 1-3 (2.0e-3, the growing scores; 3e-4 to 9e-4 for
+  // worst error measured over these shapes with seeds 1-4 (2.0e-3, the growing scores; 2.5e-4 to 7e-4 for
   // the others); the same shapes below the threshold, or with probs requested, run the fp32 split-K
   // kernels at 1e-5. `ramp` scales key j by 1 + j/8, so that the scores grow along the keys and the
   // running maximum moves often (without the rescale of the accumulator that case fails).
@@ -60,10 +60,10 @@ void add_attention_cases(Cases& all) {
     bool gated, probs;
     float ramp;
   };
-  for (PrefillShape a : {PrefillShape{16, 2, 256, 65, 0, true, false, 0.0f}, PrefillShape{16, 2, 256, 16, 33, false, false, 0.0f},
-                         PrefillShape{6, 2, 64, 17, 5, false, false, 0.0f}, PrefillShape{4, 4, 128, 40, 70, true, false, 0.0f},
-                         PrefillShape{8, 1, 64, 48, 0, true, false, 1.0f}, PrefillShape{6, 2, 128, 15, 9, true, false, 0.0f},
-                         PrefillShape{6, 2, 32, 33, 0, false, false, 0.0f}, PrefillShape{8, 2, 64, 20, 3, true, true, 0.0f}})
+  for (PrefillShape a : {PrefillShape{8, 1, 64, 65, 0, true, false, 0.0f}, PrefillShape{8, 1, 256, 16, 21, true, false, 0.0f},
+                         PrefillShape{6, 2, 64, 17, 5, false, false, 0.0f}, PrefillShape{2, 2, 128, 24, 40, true, false, 0.0f},
+                         PrefillShape{8, 1, 64, 48, 0, true, false, 1.0f}, PrefillShape{6, 2, 32, 33, 0, false, false, 0.0f},
+                         PrefillShape{6, 2, 128, 15, 9, true, false, 0.0f}, PrefillShape{8, 2, 64, 20, 3, true, true, 0.0f}})
     add("attention_prefill " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
             std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
             (a.ramp > 0.0f ? " ramp" : ""),
