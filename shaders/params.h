@@ -274,6 +274,31 @@ struct AttentionParams {
   uint gated;  // attention_combine multiplies by sigmoid(gate)
 };
 
+// Prefill attention (attention_prefill.metal): a threadgroup of ATTN_PREFILL_SIMDGROUPS simdgroups takes
+// 8 query rows per simdgroup ((token, query head) pairs of one KV head) against key tiles of 16 (head dim
+// 256) or 32 keys; head dims 32, 64, 128 and 256. ATTN_PREFILL_LOADS K and V values per thread are loaded
+// before any is stored; ATTN_PREFILL_RESCALE (log2 units) bounds the lazily rescaled softmax weights.
+#define ATTN_PREFILL_SIMDGROUPS 4u
+#define ATTN_PREFILL_THREADS 128  // ATTN_PREFILL_SIMDGROUPS * 32, as a literal for the kernels' attribute
+#define ATTN_PREFILL_ROWS 32u     // 8 * ATTN_PREFILL_SIMDGROUPS
+#define ATTN_PREFILL_MAX_HEAD_DIM 256u
+#define ATTN_PREFILL_MAX_KEYS 32u
+#define ATTN_PREFILL_LOADS 8u
+#define ATTN_PREFILL_RESCALE 8.0f
+
+// Causal prefill attention of the n tokens at positions pos0 .. pos0+n-1 of one call: grid (tiles,
+// kv_heads), tiles = ceil(n * group / ATTN_PREFILL_ROWS).
+struct AttentionPrefillParams {
+  uint n;
+  uint pos0;
+  uint heads;
+  uint kv_heads;
+  uint group;   // heads / kv_heads
+  uint tiles;
+  float scale;  // 1/sqrt(head_dim) · log2(e): the kernel's exponentials are exp2
+  uint gated;   // out *= sigmoid(gate)
+};
+
 struct ElementwiseParams {
   uint count;
   float scale;

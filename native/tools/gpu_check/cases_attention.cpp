@@ -49,6 +49,57 @@ void add_attention_cases(Cases& all) {
           if (a.probs) c.expect_close("attention probs", probs, size_t(a.heads) * a.n * total + 1, 1e-5f);
         });
 
+  // Prefill calls (n >= PREFILL_MIN_TOKENS at fp16) run the flash-attention kernel of their head dim:
+  // fp16 q, k, v and weights, fp32 accumulation. Their tolerance, 5e-3 of the largest |out|, is 2.5x the
+  // worst error measured over these shapes with seeds 1-4 (2.0e-3, the growing scores; 2.5e-4 to 7e-4 for
+  // the others); the same shapes below the threshold, or with probs requested, run the fp32 split-K
+  // kernels at 1e-5. `ramp` scales key j by 1 + j/8, so that the scores grow along the keys and the
+  // running maximum moves often (without the rescale of the accumulator that case fails).
+  struct PrefillShape {
+    int heads, kv, dim, n, pos0;
+    bool gated, probs;
+    float ramp;
+  };
+  for (PrefillShape a : {PrefillShape{8, 1, 64, 65, 0, true, false, 0.0f}, PrefillShape{8, 1, 256, 16, 21, true, false, 0.0f},
+                         PrefillShape{6, 2, 64, 17, 5, false, false, 0.0f}, PrefillShape{2, 2, 128, 24, 40, true, false, 0.0f},
+                         PrefillShape{8, 1, 64, 48, 0, true, false, 1.0f}, PrefillShape{6, 2, 32, 33, 0, false, false, 0.0f},
+                         PrefillShape{6, 2, 128, 15, 9, true, false, 0.0f}, PrefillShape{8, 2, 64, 20, 3, true, true, 0.0f}})
+    add("attention_prefill " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
+            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
+            (a.ramp > 0.0f ? " ramp" : ""),
+        [a](Ctx& c) {
+          const bool tiled = c.gpu.tiled(a.n) && !a.probs;
+          c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
+                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + (a.gated ? ", gated" : "") +
+                    (a.probs ? ", probs" : "") + (a.ramp > 0.0f ? ", growing scores" : "");
+          const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
+          const int total = a.pos0 + a.n;
+          const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
+          std::vector<float> keys = c.rng.normals(size_t(total) * kvw);
+          for (size_t j = 0; j < size_t(total); ++j)
+            for (size_t i = 0; i < kvw; ++i) keys[j * kvw + i] *= 1.0f + a.ramp * float(j) / 8.0f;
+          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(keys);
+          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+          Pair gate = c.floats(c.rng.normals(width, 2.0f));
+          const size_t probs_size = size_t(a.heads) * a.n * total;
+          Pair probs = c.zeros(probs_size);
+          const std::vector<uint64_t> before = c.gpu.dispatches_by_kernel();
+          c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
+                          a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
+          c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
+                          a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
+          const size_t flash = size_t(a.dim == 32    ? gpu::kernels::attention_prefill_32::id
+                                      : a.dim == 64  ? gpu::kernels::attention_prefill_64::id
+                                      : a.dim == 128 ? gpu::kernels::attention_prefill_128::id
+                                                     : gpu::kernels::attention_prefill_256::id);
+          const size_t split = size_t(gpu::kernels::attention_partial::id);
+          const std::vector<uint64_t>& after = c.gpu.dispatches_by_kernel();
+          if ((after[flash] > before[flash]) != tiled || (after[split] > before[split]) == tiled)
+            throw Failure(std::string("expected the ") + (tiled ? "flash-attention" : "split-K") + " kernels");
+          c.expect_close("attention out", out, width, tiled ? 5e-3f : 1e-5f);
+          if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
+        });
+
 }
 
 }  // namespace moelens::gpu_check

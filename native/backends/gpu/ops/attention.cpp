@@ -1,4 +1,5 @@
-// Gated attention: q/k norm with partial RoPE, and causal GQA attention (split-K partials, then a combine).
+// Gated attention: q/k norm with partial RoPE, and causal GQA attention: flash attention on the matrix units
+// for tiled prefill calls (attention_prefill.metal), split-K partials then a combine otherwise.
 #include <algorithm>
 #include <cmath>
 
@@ -9,6 +10,30 @@ namespace moelens::gpu {
 namespace {
 // Partial results of one attention launch stay below this many floats (longer prefills are split).
 constexpr size_t kMaxAttentionPartialFloats = size_t(8) << 20;
+
+static_assert(ATTN_PREFILL_THREADS == 32 * ATTN_PREFILL_SIMDGROUPS && ATTN_PREFILL_ROWS == 8 * ATTN_PREFILL_SIMDGROUPS,
+              "attention_prefill: a simdgroup of 32 threads per 8 query rows");
+namespace ap32 = k::attention_prefill_32;
+namespace ap64 = k::attention_prefill_64;
+namespace ap128 = k::attention_prefill_128;
+namespace ap256 = k::attention_prefill_256;
+static_assert(ap32::q == ap256::q && ap32::k_cache == ap256::k_cache && ap32::v_cache == ap256::v_cache &&
+                  ap32::gate == ap256::gate && ap32::out == ap256::out && ap32::p == ap256::p && ap64::q == ap256::q && ap64::k_cache == ap256::k_cache && ap64::v_cache == ap256::v_cache &&
+                  ap64::gate == ap256::gate && ap64::out == ap256::out && ap64::p == ap256::p && ap128::q == ap256::q &&
+                  ap128::k_cache == ap256::k_cache && ap128::v_cache == ap256::v_cache && ap128::gate == ap256::gate &&
+                  ap128::out == ap256::out && ap128::p == ap256::p,
+              "attention_prefill_<head_dim> kernels share their bindings");
+
+// The flash-attention kernel for a head dimension; false when none is built for it.
+bool prefill_kernel(int head_dim, k::Id* id) {
+  switch (head_dim) {
+    case 32: *id = ap32::id; return true;
+    case 64: *id = ap64::id; return true;
+    case 128: *id = ap128::id; return true;
+    case 256: *id = ap256::id; return true;
+    default: return false;
+  }
+}
 }  // namespace
 
 void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
@@ -29,6 +54,24 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   const size_t H = size_t(s.heads), D = size_t(s.head_dim);
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) fail("gpu backend: attention heads not a multiple of KV heads");
   const size_t G = H / size_t(s.kv_heads);
+  k::Id prefill_id;
+  // Tiled prefill: one flash-attention launch. The softmax weights (probs) come from the split-K kernels,
+  // which keep each row's log-sum-exp; so do head dims without a tiled kernel.
+  if (tiled(n) && !probs && prefill_kernel(s.head_dim, &prefill_id)) {
+    shader::AttentionPrefillParams p{};
+    p.n = u32(size_t(n), "tokens");
+    p.pos0 = u32(size_t(pos0), "position");
+    p.heads = uint32_t(s.heads);
+    p.kv_heads = uint32_t(s.kv_heads);
+    p.group = uint32_t(G);
+    p.tiles = ceil_div(size_t(n) * G, ATTN_PREFILL_ROWS);
+    p.scale = float(1.0 / std::sqrt(double(s.head_dim)) * 1.4426950408889634);  // log2(e): exp2 in the kernel
+    p.gated = gate ? 1u : 0u;
+    Call(*this, prefill_id).buf(ap256::q, q).buf(ap256::k_cache, k_cache).buf(ap256::v_cache, v_cache)
+        .opt(ap256::gate, gate).buf(ap256::out, out).params(ap256::p, p).grid(p.tiles, p.kv_heads)
+        .threads(ATTN_PREFILL_THREADS).run();
+    return;
+  }
   if (G > ATTN_MAX_GROUP || G * D > ATTN_MAX_QUERY_FLOATS)
     fail("gpu backend: ", G, " query heads of dim ", D, " per KV head exceed the attention kernel's threadgroup memory");
   const size_t total = size_t(pos0) + size_t(n);
