@@ -104,6 +104,9 @@ class Backend {
   struct MatmulJob {
     const Weight* weight;
     View out;
+    // Full fp32 precision even where the backend multiplies prompts in lower precision: the router,
+    // whose top-k choices a rounding error may flip.
+    bool exact = false;
   };
   virtual void matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
     for (const MatmulJob& j : jobs) matmul(*j.weight, x, n, j.out);

@@ -444,7 +444,7 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
     // Mixture of experts with the gated shared expert.
     be_.rms_norm(s.h, W.post_norm, m, H, c.rms_norm_eps, s.x);
     // The router and the shared expert's gate read the same input (the shared expert runs in moe_experts).
-    be_.matmul_group({{W.router.get(), s.router_logits}, {W.shared_expert_gate.get(), s.shared_gate}}, s.x, m);
+    be_.matmul_group({{W.router.get(), s.router_logits, true}, {W.shared_expert_gate.get(), s.shared_gate, true}}, s.x, m);
     View probs_out = cap.router ? View(s.t_router_probs, size_t(l) * m * E) : View();
     be_.route(s.router_logits, router_bias, m, E, K, c.norm_topk_prob, s.route_ids, s.route_weights, probs_out);
     Backend::SharedExpert shared;  // removed by an intervention when its scale is 0

@@ -79,11 +79,13 @@ void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
   auto lock = enter();
-  for (size_t i = 0; i < jobs.size(); i += GEMV_MAX_JOBS) {
-    const size_t count = std::min<size_t>(GEMV_MAX_JOBS, jobs.size() - i);
-    if (tiled(n)) gemm_jobs(jobs.data() + i, count, x, n);
-    else gemv_jobs(jobs.data() + i, count, x, n);
-  }
+  // Jobs that must be exact run on the fp32 GEMV kernels, the others tiled when the chunk is.
+  std::vector<MatmulJob> fp32, fp16;
+  for (const MatmulJob& j : jobs) (tiled(n) && !j.exact ? fp16 : fp32).push_back(j);
+  for (size_t i = 0; i < fp16.size(); i += GEMV_MAX_JOBS)
+    gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), x, n);
+  for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS)
+    gemv_jobs(fp32.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i), x, n);
 }
 
 }  // namespace moelens::gpu
