@@ -2,6 +2,12 @@
 // it with interventions, fork to branch, reset.
 import type { ModelConfig } from "./config";
 import type { Intervention } from "./intervene/interventions";
+import { lowerInterventions } from "./intervene/lower";
+import { ActivationCache } from "./hooks/activation-cache";
+import { CAPTURE_KINDS, isCaptureKind, type CaptureKind } from "./hooks/aliases";
+import type { HookEdit } from "./hooks/edits";
+import { hookDispatcher, type Hook } from "./hooks/hook-function";
+import { hookPointsOf, patternMatches } from "./hooks/patterns";
 import { topK, unembed, type LensTop } from "./lens";
 import type { NativeForwardResult, NativeModel, NativeSession } from "./native";
 import { Tensor } from "./tensor";
@@ -18,19 +24,32 @@ import { ExpertLoad } from "./trace/expert-load";
 import { RouterTrace } from "./trace/router";
 import type { TokenSpan } from "./trace/span";
 
-/** What a forward call can record besides logits. Capture is opt-in: what is not asked for costs nothing. */
-export type CaptureName = "router" | "residual" | "residual-mid" | "deltanet" | "attention-gate";
-const CAPTURE_NAMES: readonly CaptureName[] = ["router", "residual", "residual-mid", "deltanet", "attention-gate"];
+/**
+ * What a forward call can record besides logits: a hook point name ("blocks.3.resid_post"), a pattern
+ * ("blocks.*.moe.router_probs"; `*` stands for any run of characters without a dot), or a capture kind
+ * ("router", "residual" ...: groups of hook points with their own result fields). Capture is opt-in:
+ * what is not asked for costs nothing.
+ */
+export type CaptureName = CaptureKind | (string & {});
 
 export interface ForwardOptions {
   /** "last" (default): logits of the last position; "all": every position; "none": skip the lm_head. */
   logits?: "all" | "last" | "none";
-  /** Traces to record during this call. */
+  /** Values to record during this call, into `result.cache` (and the fields of capture kinds). */
   capture?: CaptureName[];
+  /** Keep captured rows of these absolute positions only (default: every position of the call). */
+  capturePositions?: number[];
   /** Attention weights of these attention layers (and heads; default all), refused past 512 MiB. */
   attention?: { layers: number[]; heads?: number[] };
   /** Edits applied during this call only (on top of the session's persistent ones). */
   interventions?: Intervention[];
+  /** Edits at hook points during this call (set, add, scale, zero, mean ablation; sdk/hooks/edits). */
+  edits?: HookEdit[];
+  /**
+   * Hook functions: `[["blocks.2.deltanet.out", (value, ctx) => replacement]]`, called mid-forward
+   * with each matching point's value. An exception rejects the call and leaves the session as before.
+   */
+  hooks?: Hook[];
   /** Cancels the call between chunks of tokens; the session then holds the tokens fed so far. */
   signal?: AbortSignal;
 }
@@ -42,6 +61,8 @@ export interface ForwardResult {
   span: TokenSpan;
   /** [T, vocab] with logits: "all", [1, vocab] with "last", [0, vocab] with "none". */
   logits: Tensor<Float32Array>;
+  /** Every captured hook point by name: `r.cache.get("blocks.3.resid_post")`. */
+  cache: ActivationCache;
   router?: RouterTrace;
   /** [layers, T, hidden] residual stream after each layer */
   residual?: Tensor<Float32Array>;
@@ -123,7 +144,7 @@ export class Session {
   async decodeGreedy(
     tokenId: number,
     steps: number,
-    options: Pick<ForwardOptions, "interventions" | "signal"> = {},
+    options: Pick<ForwardOptions, "interventions" | "edits" | "signal"> = {},
   ): Promise<number[]> {
     toIds([tokenId], this.config.vocabSize);
     if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`decodeGreedy: steps must be a positive integer, got ${steps}`);
@@ -133,8 +154,10 @@ export class Session {
     signal?.addEventListener("abort", onAbort);
     const removeInterruptHook = kernelBridge()?.onInterrupt(onAbort);
     try {
+      const lowered = lowerInterventions([...this.persistent, ...(options.interventions ?? [])], this.config.hiddenSize);
       const chosen = await this.native.decodeGreedy(tokenId, steps, {
-        interventions: [...this.persistent, ...(options.interventions ?? [])],
+        interventions: lowered.interventions,
+        edits: [...lowered.edits, ...(options.edits ?? [])],
       });
       return Array.from(chosen);
     } finally {
@@ -228,13 +251,33 @@ export class Session {
     return out;
   }
 
-  private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
-    const capture = new Set(options.capture ?? []);
+  /** The hook point patterns a capture list stands for (capture kinds expanded; unknown names refused). */
+  private capturePatterns(capture: readonly CaptureName[], attention: ForwardOptions["attention"]): string[] {
+    const points = hookPointsOf(this.context.native);
+    const out: string[] = [];
     for (const name of capture) {
-      if (!CAPTURE_NAMES.includes(name)) {
-        throw new TypeError(`unknown capture '${name}' (known: ${CAPTURE_NAMES.join(", ")})`);
+      if (isCaptureKind(name)) out.push(...CAPTURE_KINDS[name]);
+      else if (typeof name === "string" && points.some((p) => patternMatches(name, p))) out.push(name);
+      else {
+        throw new TypeError(
+          `unknown capture '${name}': not a capture kind (${Object.keys(CAPTURE_KINDS).join(", ")}) nor a hook point name or pattern of this model (model.hookPoints())`,
+        );
       }
     }
+    for (const l of attention?.layers ?? []) {
+      if (!points.some((p) => p.name === `blocks.${l}.attn.probs`)) throw new RangeError(`capture: layer ${l} is not an attention layer`);
+      out.push(`blocks.${l}.attn.probs`);
+    }
+    return [...new Set(out)];
+  }
+
+  private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
+    const capture = this.capturePatterns(options.capture ?? [], options.attention);
+    const lowered = lowerInterventions([...this.persistent, ...(options.interventions ?? [])], this.config.hiddenSize);
+    const hooks = options.hooks ?? [];
+    hooks.forEach(([name, fn], i) => {
+      if (typeof name !== "string" || typeof fn !== "function") throw new TypeError(`hooks[${i}] must be [hook point name, function]`);
+    });
     const signal = options.signal;
     signal?.throwIfAborted();
     const onAbort = () => this.native.cancel();
@@ -245,16 +288,15 @@ export class Session {
     try {
       const r = await this.native.forward(ids, {
         logits: options.logits ?? "last",
-        router: capture.has("router"),
-        residual: capture.has("residual"),
-        residualMid: capture.has("residual-mid"),
-        deltanet: capture.has("deltanet"),
-        attentionGate: capture.has("attention-gate"),
-        attentionLayers: options.attention?.layers,
+        capture,
+        capturePositions: options.capturePositions,
         attentionHeads: options.attention?.heads,
-        interventions: [...this.persistent, ...(options.interventions ?? [])],
+        interventions: lowered.interventions,
+        edits: [...lowered.edits, ...(options.edits ?? [])],
+        hooks: hooks.map(([name]) => name),
+        hookFunction: hooks.length ? hookDispatcher(hooks) : undefined,
       });
-      const result = this.wrap(r, { ids, start }, options.attention);
+      const result = this.wrap(r, { ids, start }, new Set(options.capture ?? []), options.attention);
       if (result.router) (this.load ??= new ExpertLoad(result.router.layers, result.router.experts, result.router.k)).add(result.router);
       return result;
     } finally {
@@ -263,53 +305,56 @@ export class Session {
     }
   }
 
-  private wrap(r: NativeForwardResult, span: TokenSpan, attention?: ForwardOptions["attention"]): ForwardResult {
+  private wrap(
+    r: NativeForwardResult,
+    span: TokenSpan,
+    kinds: Set<CaptureName>,
+    attention?: ForwardOptions["attention"],
+  ): ForwardResult {
     const c = this.config;
     const T = r.n;
-    const out: ForwardResult = { tokens: T, span, logits: new Tensor([r.logitsRows, c.vocabSize], r.logits) };
+    const cache = new ActivationCache(r.captures.map((x) => [x.name, new Tensor(x.shape, x.data)]));
+    const out: ForwardResult = { tokens: T, span, logits: new Tensor([r.logitsRows, c.vocabSize], r.logits), cache };
     const layersOf = (kind: string) => c.layerTypes.flatMap((t, i) => (t === kind ? [i] : []));
-    if (r.routerIds && r.routerWeights && r.routerLogits && r.routerProbs && r.sharedGate) {
-      const L = c.numLayers;
+    const every = [...Array(c.numLayers).keys()];
+    const f32 = (template: string, layers: number[]) => cache.stack<Float32Array>(template, layers);
+    if (kinds.has("router")) {
       out.router = new RouterTrace(
-        new Tensor([L, T, c.expertsPerToken], r.routerIds),
-        new Tensor([L, T, c.expertsPerToken], r.routerWeights),
-        new Tensor([L, T, c.numExperts], r.routerLogits),
-        new Tensor([L, T, c.numExperts], r.routerProbs),
-        new Tensor([L, T], r.sharedGate),
+        cache.stack<Int32Array>("blocks.{l}.moe.topk_ids", every),
+        f32("blocks.{l}.moe.topk_weights", every),
+        f32("blocks.{l}.moe.router_logits", every),
+        f32("blocks.{l}.moe.router_probs", every),
+        sigmoid(f32("blocks.{l}.moe.shared_gate", every)),
         span,
       );
     }
-    if (r.residual) out.residual = new Tensor([c.numLayers, T, c.hiddenSize], r.residual);
-    if (r.residualMid) out.residualMid = new Tensor([c.numLayers, T, c.hiddenSize], r.residualMid);
-    if (r.deltanetBeta && r.deltanetDecay && r.deltanetStateNorm) {
+    if (kinds.has("residual")) out.residual = f32("blocks.{l}.resid_post", every);
+    if (kinds.has("residual-mid")) out.residualMid = f32("blocks.{l}.resid_mid", every);
+    if (kinds.has("deltanet")) {
       const layers = layersOf("linear_attention");
-      const shape = [layers.length, T, c.linearValueHeads];
       out.deltanet = new DeltaNetTrace(
         layers,
-        new Tensor(shape, r.deltanetBeta),
-        new Tensor(shape, r.deltanetDecay),
-        new Tensor(shape, r.deltanetStateNorm),
+        f32("blocks.{l}.deltanet.beta", layers),
+        f32("blocks.{l}.deltanet.decay", layers),
+        f32("blocks.{l}.deltanet.state_norm", layers),
         span,
       );
     }
-    if (r.attention) {
-      const layers = [...(attention?.layers ?? [])];
-      const heads = attention?.heads?.length ? [...attention.heads] : [...Array(c.numHeads).keys()];
-      out.attention = new AttentionTrace(
-        layers,
-        heads,
-        new Tensor([layers.length, heads.length, T, span.start + T], r.attention),
-        span,
-      );
+    if (attention?.layers.length) {
+      const layers = [...attention.layers];
+      const heads = attention.heads?.length ? [...attention.heads] : [...Array(c.numHeads).keys()];
+      out.attention = new AttentionTrace(layers, heads, f32("blocks.{l}.attn.probs", layers), span);
     }
-    if (r.attentionGate) {
+    if (kinds.has("attention-gate")) {
       const layers = layersOf("full_attention");
-      out.attentionGate = new AttentionGateTrace(
-        layers,
-        new Tensor([layers.length, T, c.numHeads * c.headDim], r.attentionGate),
-        span,
-      );
+      const gate = sigmoid(f32("blocks.{l}.attn.gate", layers));
+      out.attentionGate = new AttentionGateTrace(layers, new Tensor([layers.length, T, c.numHeads * c.headDim], gate.data), span);
     }
     return out;
   }
+}
+
+// The legacy result fields hold gates as probabilities; the hook points hold their logits.
+function sigmoid(t: Tensor<Float32Array>): Tensor<Float32Array> {
+  return new Tensor(t.shape, t.data.map((x) => 1 / (1 + Math.exp(-x))));
 }

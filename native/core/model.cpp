@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include "models/models.h"
+
 namespace moelens {
 
 std::unique_ptr<Model> Model::load(const std::string& dir, std::unique_ptr<Backend> backend, const Progress& progress) {
@@ -7,6 +9,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, std::unique_ptr<Backe
   m->dir_ = dir;
   m->config_ = ModelConfig::load(dir);
   m->checkpoint_ = std::make_unique<Checkpoint>(dir);
+  m->plan_ = make_plan(m->config_);
   m->weights_ = resolve_weights(m->config_, *m->checkpoint_);
   m->backend_ = std::move(backend);
   Backend& be = *m->backend_;
