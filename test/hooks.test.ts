@@ -3,7 +3,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
-import { biasExperts, load, meanAblate, scaleAt, setAt, addAt, zeroAt, type HookPoint, type Model, Tensor } from "moelens";
+import { biasExperts, load, meanAblate, scaleAt, setAt, addAt, zeroAt, type ForwardResult, type HookPoint, type Model, Tensor } from "moelens";
 import { native } from "../sdk/native";
 import { fixtureCases, get } from "./helpers/fixtures";
 
@@ -176,7 +176,7 @@ describe("capture by name", () => {
 describe("edits at hook points", () => {
   const capture = ["blocks.1.resid_mid", "blocks.1.resid_post", "blocks.1.moe.out", "blocks.3.attn.out", "blocks.3.resid_pre",
     "blocks.3.resid_mid", "blocks.0.resid_pre", "blocks.0.deltanet.head_out", "blocks.2.moe.router_logits", "blocks.2.moe.topk_ids"];
-  let base: Awaited<ReturnType<Model["session"]>["prefill"]> extends infer R ? R : never;
+  let base: ForwardResult;
   beforeAll(async () => {
     base = await model.session().prefill(prompt, { capture, logits: "all" });
   });
