@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { biasExperts, load, meanAblate, scaleAt, setAt, addAt, zeroAt, type ForwardResult, type HookPoint, type Model, Tensor } from "moelens";
 import { native } from "../sdk/native";
-import { fixtureCases, get } from "./helpers/fixtures";
+import { fixtureCases, fixturesDir, get } from "./helpers/fixtures";
 
 const t1 = fixtureCases().find((c) => c.name === "t1/mlx")!;
 const prompt = Array.from(get(t1.ref, "p0.input_ids").data).slice(0, 9);
@@ -58,10 +58,12 @@ describe("the hook point listing", () => {
     expect(ids).toMatchObject({ dtype: "int32", editable: false, shape: ["n", c.expertsPerToken] });
   });
 
-  test("docs/hooks.md lists exactly the registry's hook points, shapes and meanings", () => {
+  test("docs/hooks.md lists exactly the registry's hook points, shapes and meanings", async () => {
     const doc = fs.readFileSync(path.join(__dirname, "..", "docs", "hooks.md"), "utf8");
     const rows = new Map<string, string>();
-    for (const p of model.hookPoints()) {
+    // The hook points of both architectures: qwen3_5_moe (t1) and the dense qwen3_5 (t4).
+    const dense = await load(path.join(fixturesDir, "t4", "hf"));
+    for (const p of [...model.hookPoints(), ...dense.hookPoints()]) {
       const shape = `[${p.dims.join(", ")}]`;
       rows.set(p.template, `| \`${p.template}\` | ${shape} | ${p.dtype} | ${p.editable ? "edit" : "read"} | ${p.meaning} |`);
     }

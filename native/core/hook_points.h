@@ -87,6 +87,8 @@ enum class HookLayout { PerToken, AttentionProbs };
     "gated shared expert output")                                                                                    \
   X(MoeOut, "blocks.{l}.moe.out", Moe, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                          \
     "MoE sublayer output (routed experts + shared expert)")                                                          \
+  X(MlpOut, "blocks.{l}.mlp.out", Mlp, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                        \
+    "dense MLP output (SwiGLU)")                                                                                     \
   X(ResidPost, "blocks.{l}.resid_post", Layer, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                  \
     "residual stream leaving the layer")                                                                              \
   X(FinalNorm, "final_norm", Model, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                             \

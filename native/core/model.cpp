@@ -43,6 +43,19 @@ std::unique_ptr<Model> Model::load(const std::string& dir, std::unique_ptr<Backe
       r.q_norm = be.upload(a.q_norm);
       r.k_norm = be.upload(a.k_norm);
     }
+    if (m->config_.mlp_intermediate) {
+      // One-expert stacks: the dense plan runs its SwiGLU through the expert kernel.
+      auto stack = [](LinearWeight w) {
+        w.experts = 1;
+        return w;
+      };
+      r.gate = be.upload(stack(L.mlp.gate));
+      r.up = be.upload(stack(L.mlp.up));
+      r.down = be.upload(stack(L.mlp.down));
+      m->layers_.push_back(std::move(r));
+      if (progress) progress(int(m->layers_.size()) + 1, total);
+      continue;
+    }
     const MoEWeights& e = L.moe;
     r.router = be.upload(e.router);
     r.gate = be.upload(e.gate);

@@ -24,7 +24,7 @@ struct LayerResources {
   // gated attention
   std::unique_ptr<Weight> q, k, v, o;
   std::unique_ptr<Buffer> q_norm, k_norm;
-  // MoE
+  // MoE; a dense MLP uses gate, up and down alone, as one-expert stacks
   std::unique_ptr<Weight> router, gate, up, down, shared_gate, shared_up, shared_down, shared_expert_gate;
 };
 

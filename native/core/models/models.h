@@ -12,5 +12,6 @@ std::unique_ptr<ModelPlan> make_plan(const ModelConfig& c);
 
 // One per file of this folder.
 std::unique_ptr<ModelPlan> make_qwen3_5_moe_plan(const ModelConfig& c);
+std::unique_ptr<ModelPlan> make_qwen3_5_plan(const ModelConfig& c);
 
 }  // namespace moelens
