@@ -58,7 +58,8 @@ int hook_width(const ModelConfig& c, const HookPoint& p) {
 
 bool LayerParts::has(HookScope s) const {
   switch (s) {
-    case HookScope::Model: return false;
+    case HookScope::Input:
+    case HookScope::Output: return false;
     case HookScope::Layer: return true;
     case HookScope::DeltaNet: return deltanet;
     case HookScope::Attention: return attention;
@@ -95,11 +96,12 @@ std::vector<HookInstance> hook_instances(const std::vector<LayerParts>& parts) {
   std::vector<HookInstance> out;
   const auto& reg = hook_registry();
   for (const HookPoint& p : reg)
-    if (p.scope == HookScope::Model && p.id != HookId::FinalNorm && p.id != HookId::Logits) out.push_back({p.id, -1, p.name});
+    if (p.scope == HookScope::Input) out.push_back({p.id, -1, p.name});
   for (int l = 0; l < int(parts.size()); ++l)
     for (const HookPoint& p : reg)
       if (parts[size_t(l)].has(p.scope)) out.push_back({p.id, l, instantiate(p.name, l)});
-  for (HookId id : {HookId::FinalNorm, HookId::Logits}) out.push_back({id, -1, hook_point(id).name});
+  for (const HookPoint& p : reg)
+    if (p.scope == HookScope::Output) out.push_back({p.id, -1, p.name});
   return out;
 }
 

@@ -12,8 +12,9 @@
 
 namespace moelens {
 
-// Which part of the model a hook point belongs to: its layers are those that have that part.
-enum class HookScope { Model, Layer, DeltaNet, Attention, Moe, Mlp };
+// Where a hook point is: before the layers (Input), after them (Output), in every layer (Layer) or in
+// the layers that have a part (DeltaNet, Attention, Moe, Mlp).
+enum class HookScope { Input, Layer, DeltaNet, Attention, Moe, Mlp, Output };
 
 // A named size of the model: a hook point's per-token shape is a list of these.
 enum class HookDim {
@@ -35,7 +36,7 @@ enum class HookLayout { PerToken, AttentionProbs };
 
 // X(id, name, scope, dtype, access, layout, dims, meaning)
 #define MOELENS_HOOK_POINTS(X)                                                                                        \
-  X(Embed, "embed", Model, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden), "token embeddings")                   \
+  X(Embed, "embed", Input, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden), "token embeddings")                   \
   X(ResidPre, "blocks.{l}.resid_pre", Layer, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                     \
     "residual stream entering the layer")                                                                             \
   X(DeltaNetConvOut, "blocks.{l}.deltanet.conv_out", DeltaNet, F32, Edit, PerToken, MOELENS_DIMS(HookDim::ConvDim),  \
@@ -91,9 +92,9 @@ enum class HookLayout { PerToken, AttentionProbs };
     "dense MLP output (SwiGLU)")                                                                                     \
   X(ResidPost, "blocks.{l}.resid_post", Layer, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                  \
     "residual stream leaving the layer")                                                                              \
-  X(FinalNorm, "final_norm", Model, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                             \
+  X(FinalNorm, "final_norm", Output, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Hidden),                             \
     "final RMSNorm output (the lm_head input)")                                                                      \
-  X(Logits, "logits", Model, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Vocab), "next-token logits")
+  X(Logits, "logits", Output, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Vocab), "next-token logits")
 
 enum class HookId {
 #define MOELENS_HOOK_ID(id, ...) id,

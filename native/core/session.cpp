@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "error.h"
 
@@ -135,7 +134,7 @@ const char* kind_name(Intervention::Kind k) {
 
 }  // namespace
 
-void Session::validate(const ForwardOptions& o, int n) const {
+void Session::validate(const ForwardOptions& o) const {
   const ModelConfig& c = model_.config();
   const std::vector<LayerParts>& parts = model_.plan().parts();
   const int E = c.num_experts, K = c.experts_per_token;
@@ -180,7 +179,6 @@ void Session::validate(const ForwardOptions& o, int n) const {
       case Intervention::Kind::ScaleShared: break;
     }
   }
-  (void)n;
 }
 
 void Session::apply_state_interventions(const ForwardOptions& o) {
@@ -211,7 +209,7 @@ ForwardResult Session::forward(const int32_t* ids, int n, const ForwardOptions& 
       fail("token id ", ids[i], " at index ", i, " is outside the vocabulary [0, ", c.vocab_size, ")");
   if (int64_t(pos_) + n > c.max_position_embeddings)
     fail("context overflow: ", pos_, " + ", n, " tokens exceeds max_position_embeddings (", c.max_position_embeddings, ")");
-  validate(options, n);
+  validate(options);
   if (options.hooks.patterns.empty()) return forward_calls(ids, n, options);
   // A hook function may throw anywhere in the forward pass: the call then leaves the state as it was.
   std::unique_ptr<Session> before = fork();
@@ -252,7 +250,7 @@ std::vector<int32_t> Session::decode_greedy(int32_t first, int steps, const Forw
     fail("context overflow: ", pos_, " + ", steps, " tokens exceeds max_position_embeddings (", c.max_position_embeddings, ")");
   if (!options.capture.names.empty() || !options.hooks.patterns.empty())
     fail("decode_greedy: captures and hook functions are read back per call; use forward() for them");
-  validate(options, steps);
+  validate(options);
   ensure_kv_capacity(pos_ + steps);  // once, so that every step sees the same buffers
 
   // tokens[i] is fed at step i and tokens[i + 1] chosen by it.

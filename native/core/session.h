@@ -50,8 +50,8 @@ class Session {
   ForwardResult forward(const int32_t* ids, int n, const ForwardOptions& options);
   // Greedy decoding of `steps` tokens: feeds `first`, then each chosen token, which stays on the
   // backend between steps (the arg-max runs there and nothing is read back until the end, so a GPU
-  // runs a step while the host records the next). Interventions apply as in forward(); captures are
-  // refused. Returns the chosen tokens; the last of them has not been fed, as after forward().
+  // runs a step while the host records the next). Interventions and edits apply as in forward();
+  // captures and hook functions are refused. Returns the chosen tokens; the last of them has not been fed, as after forward().
   std::vector<int32_t> decode_greedy(int32_t first, int steps, const ForwardOptions& options);
   void reset();
   std::unique_ptr<Session> fork() const;
@@ -75,7 +75,7 @@ class Session {
   void forward_chunk(const ChunkIO& io, int m, int offset, const ForwardOptions& options, HookRun& hooks,
                      ForwardResult& result);
   ForwardResult forward_calls(const int32_t* ids, int n, const ForwardOptions& options);
-  void validate(const ForwardOptions& options, int n) const;
+  void validate(const ForwardOptions& options) const;
   void apply_state_interventions(const ForwardOptions& options);
   void restore(Session& before);
   void ensure_kv_capacity(int tokens);
