@@ -106,6 +106,20 @@ describe("capture by name", () => {
     gpu.dispose();
   });
 
+  test.runIf(hasMetal)("edits and hook functions act on the GPU backend (emulator) as on the CPU", async () => {
+    const gpu = await load(t1.modelDir, { backend: "metal" });
+    const options = {
+      logits: "all" as const,
+      edits: [meanAblate("blocks.0.deltanet.head_out", { heads: [2] }), scaleAt("blocks.3.attn.out", 0.5)],
+      hooks: [["blocks.1.moe.out", (v: Tensor<Float32Array>) => v.data.map((x) => -x)] as [string, (v: Tensor<Float32Array>) => Float32Array]],
+    };
+    const [rc, rg] = [await model.session().prefill(prompt, options), await gpu.session().prefill(prompt, options)];
+    expect(maxAbsDiff(rg.logits.data, rc.logits.data)).toBeLessThan(1e-3 * maxAbs(rc.logits.data));
+    const plain = await model.session().prefill(prompt, { logits: "all" });
+    expect(maxAbsDiff(plain.logits.data, rc.logits.data)).toBeGreaterThan(1e-2 * maxAbs(rc.logits.data));
+    gpu.dispose();
+  });
+
   test("the values fit together: residual adds, splits of q|k|v, expert outputs, the legacy fields", async () => {
     const c = model.config;
     const all = model.hookPoints().filter((p) => !p.optIn).map((p) => p.name);

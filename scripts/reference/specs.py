@@ -27,7 +27,7 @@ class MlxLayout:
 
 @dataclass(frozen=True)
 class Interventions:
-    """Edits replayed in transformers for issue 5 (semantics in README.md)."""
+    """Edits replayed in transformers (semantics in README.md)."""
 
     ablate_layer: int
     ablate_count: int  # how many of the layer's most used experts (on p0) to disable
