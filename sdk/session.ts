@@ -273,6 +273,13 @@ export class Session {
 
   private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
     const capture = this.capturePatterns(options.capture ?? [], options.attention);
+    // The trace fields label rows by the call's tokens: they need every position of the call.
+    const kinds = (options.capture ?? []).filter(isCaptureKind);
+    if (options.capturePositions && (kinds.length || options.attention?.layers.length)) {
+      throw new TypeError(
+        `capturePositions keeps rows of hook points in r.cache; the capture kinds (${kinds.join(", ") || "attention"}) record every position: name their hook points instead`,
+      );
+    }
     const lowered = lowerInterventions([...this.persistent, ...(options.interventions ?? [])], this.config.hiddenSize);
     const hooks = options.hooks ?? [];
     hooks.forEach(([name, fn], i) => {

@@ -170,6 +170,7 @@ describe("capture by name", () => {
     await expect(s.prefill(prompt, { capture: ["blocks.9.resid_post"] })).rejects.toThrow(/unknown capture 'blocks.9.resid_post'/);
     await expect(s.prefill(prompt, { capture: ["blocks.0.attn.q"] })).rejects.toThrow(/unknown capture/);
     expect(() => full.cache.get("embed")).toThrow(/'embed' was not captured/);
+    await expect(s.prefill(prompt, { capture: ["router"], capturePositions: [1] })).rejects.toThrow(/capture kinds \(router\) record every position/);
     expect(s.position).toBe(0);
   });
 
