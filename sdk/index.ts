@@ -10,10 +10,16 @@ export { DeltaNetTrace } from "./trace/deltanet";
 export { AttentionTrace, AttentionGateTrace } from "./trace/attention";
 export { residualToArrow } from "./trace/residual";
 export type { TokenSpan } from "./trace/span";
+export type { HookPoint } from "./hooks/hook-point";
+export { ActivationCache } from "./hooks/activation-cache";
+export { CAPTURE_KINDS, type CaptureKind } from "./hooks/aliases";
+export { type HookEdit, type EditSelection, setAt, addAt, scaleAt, zeroAt, meanAblate } from "./hooks/edits";
+export type { Hook, HookFunction, HookContext } from "./hooks/hook-function";
 export {
   type Intervention,
   disableExperts,
   forceExperts,
+  biasExperts,
   scaleSharedExpert,
   steer,
   patchResidual,

@@ -4,6 +4,8 @@ import * as path from "node:path";
 import type { ModelConfig } from "./config";
 import { native, packageRoot, type NativeInfo, type NativeModel } from "./native";
 import { Session } from "./session";
+import type { HookPoint } from "./hooks/hook-point";
+import { hookPointsOf } from "./hooks/patterns";
 import { Conversation, type ConversationOptions } from "./chat/conversation";
 import type { GenerationContext } from "./generate/generate";
 import { loadGenerationConfig, type GenerationConfig } from "./generate/generation-config";
@@ -68,6 +70,14 @@ export class Model {
     this.tokenizer = tokenizer;
     const tokenizerEos = tokenizer?.eosTokenId === undefined ? [] : [tokenizer.eosTokenId];
     this.generationConfig = loadGenerationConfig(dir, [...this.config.eosTokenIds, ...tokenizerEos]);
+  }
+
+  /**
+   * Every hook point of this model, in forward order: the names that `capture`, `edits` and `hooks`
+   * take, with shape, dtype and meaning (docs/hooks.md).
+   */
+  hookPoints(): HookPoint[] {
+    return hookPointsOf(this.native).map((p) => ({ ...p, dims: [...p.dims], shape: [...p.shape] }));
   }
 
   /** A new, empty session (position 0). */

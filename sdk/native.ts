@@ -2,26 +2,55 @@
 // The rest of the SDK wraps these objects; users never touch them directly.
 import * as fs from "node:fs";
 import * as path from "node:path";
+import type { HookPoint } from "./hooks/hook-point";
 
 export interface NativeIntervention {
   type: string;
   layer?: number;
   experts?: number[];
   positions?: number[];
-  vector?: Float32Array;
+  values?: Float32Array;
   scale?: number;
 }
 
+export interface NativeEdit {
+  hook: string;
+  op: string;
+  positions?: number[];
+  heads?: number[];
+  channels?: number[];
+  values?: Float32Array;
+  scale?: number;
+}
+
+/** Called by the native forward for each hook point a hook pattern names; returns a replacement or undefined. */
+export type NativeHookFunction = (
+  index: number,
+  name: string,
+  layer: number,
+  shape: number[],
+  position: number,
+  values: Float32Array,
+) => Float32Array | undefined;
+
 export interface NativeForwardOptions {
   logits?: "all" | "last" | "none";
-  router?: boolean;
-  residual?: boolean;
-  residualMid?: boolean;
-  deltanet?: boolean;
-  attentionGate?: boolean;
-  attentionLayers?: number[];
+  /** Hook point names or patterns. */
+  capture?: string[];
+  capturePositions?: number[];
+  /** Heads kept of blocks.{l}.attn.probs. */
   attentionHeads?: number[];
   interventions?: NativeIntervention[];
+  edits?: NativeEdit[];
+  /** Hook point names or patterns at which hookFunction is called (with the index of the pattern). */
+  hooks?: string[];
+  hookFunction?: NativeHookFunction;
+}
+
+export interface NativeCapture {
+  name: string;
+  shape: number[];
+  data: Float32Array | Int32Array;
 }
 
 export interface NativeForwardResult {
@@ -29,23 +58,12 @@ export interface NativeForwardResult {
   position: number;
   logitsRows: number;
   logits: Float32Array;
-  routerLogits?: Float32Array;
-  routerProbs?: Float32Array;
-  routerIds?: Int32Array;
-  routerWeights?: Float32Array;
-  sharedGate?: Float32Array;
-  residual?: Float32Array;
-  residualMid?: Float32Array;
-  deltanetBeta?: Float32Array;
-  deltanetDecay?: Float32Array;
-  deltanetStateNorm?: Float32Array;
-  attentionGate?: Float32Array;
-  attention?: Float32Array;
+  captures: NativeCapture[];
 }
 
 export interface NativeSession {
   forward(ids: Int32Array, options: NativeForwardOptions): Promise<NativeForwardResult>;
-  decodeGreedy(first: number, steps: number, options: { interventions?: NativeIntervention[] }): Promise<Int32Array>;
+  decodeGreedy(first: number, steps: number, options: { interventions?: NativeIntervention[]; edits?: NativeEdit[] }): Promise<Int32Array>;
   reset(): void;
   fork(): NativeSession;
   cancel(): void;
@@ -96,6 +114,7 @@ export interface NativeModel {
   session(): NativeSession;
   dispose(): void;
   unembed(rows: Float32Array, applyNorm: boolean): Promise<Float32Array>;
+  hookPoints(): HookPoint[];
 }
 
 export interface NativeAddon {

@@ -1,8 +1,14 @@
 // A session over one sequence: prefill, decode token by token, capture what the model does, change
 // it with interventions, fork to branch, reset.
 import type { ModelConfig } from "./config";
-import { captureNames, type ForwardOptions, type ForwardResult, type ForwardSession } from "./forward";
+import type { CaptureName, ForwardOptions, ForwardResult, ForwardSession } from "./forward";
 import type { Intervention } from "./intervene/interventions";
+import { lowerInterventions } from "./intervene/lower";
+import { ActivationCache } from "./hooks/activation-cache";
+import { CAPTURE_KINDS, isCaptureKind, type CaptureKind } from "./hooks/aliases";
+import type { HookEdit } from "./hooks/edits";
+import { hookDispatcher, type Hook } from "./hooks/hook-function";
+import { hookPointsOf, patternMatches } from "./hooks/patterns";
 import { topK, unembed, type LensTop } from "./lens";
 import type { NativeForwardResult, NativeModel, NativeSession } from "./native";
 import { Tensor } from "./tensor";
@@ -90,7 +96,7 @@ export class Session implements ForwardSession {
   async decodeGreedy(
     tokenId: number,
     steps: number,
-    options: Pick<ForwardOptions, "interventions" | "signal"> = {},
+    options: Pick<ForwardOptions, "interventions" | "edits" | "signal"> = {},
   ): Promise<number[]> {
     toIds([tokenId], this.config.vocabSize);
     if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`decodeGreedy: steps must be a positive integer, got ${steps}`);
@@ -100,8 +106,10 @@ export class Session implements ForwardSession {
     signal?.addEventListener("abort", onAbort);
     const removeInterruptHook = kernelBridge()?.onInterrupt(onAbort);
     try {
+      const lowered = lowerInterventions([...this.persistent, ...(options.interventions ?? [])], this.config.hiddenSize);
       const chosen = await this.native.decodeGreedy(tokenId, steps, {
-        interventions: [...this.persistent, ...(options.interventions ?? [])],
+        interventions: lowered.interventions,
+        edits: [...lowered.edits, ...(options.edits ?? [])],
       });
       return Array.from(chosen);
     } finally {
@@ -195,13 +203,40 @@ export class Session implements ForwardSession {
     return out;
   }
 
-  private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
-    const capture = new Set(options.capture ?? []);
+  /** The hook point patterns a capture list stands for (capture kinds expanded; unknown names refused). */
+  private capturePatterns(capture: readonly CaptureName[], attention: ForwardOptions["attention"]): string[] {
+    const points = hookPointsOf(this.context.native);
+    const out: string[] = [];
     for (const name of capture) {
-      if (!captureNames.includes(name)) {
-        throw new TypeError(`unknown capture '${name}' (known: ${captureNames.join(", ")})`);
+      if (isCaptureKind(name)) out.push(...CAPTURE_KINDS[name]);
+      else if (typeof name === "string" && points.some((p) => patternMatches(name, p))) out.push(name);
+      else {
+        throw new TypeError(
+          `unknown capture '${name}': not a capture kind (${Object.keys(CAPTURE_KINDS).join(", ")}) nor a hook point name or pattern of this model (model.hookPoints())`,
+        );
       }
     }
+    for (const l of attention?.layers ?? []) {
+      if (!points.some((p) => p.name === `blocks.${l}.attn.probs`)) throw new RangeError(`capture: layer ${l} is not an attention layer`);
+      out.push(`blocks.${l}.attn.probs`);
+    }
+    return [...new Set(out)];
+  }
+
+  private async run(ids: Int32Array, options: ForwardOptions): Promise<ForwardResult> {
+    const capture = this.capturePatterns(options.capture ?? [], options.attention);
+    // The trace fields label rows by the call's tokens: they need every position of the call.
+    const kinds = (options.capture ?? []).filter(isCaptureKind);
+    if (options.capturePositions && (kinds.length || options.attention?.layers.length)) {
+      throw new TypeError(
+        `capturePositions keeps rows of hook points in r.cache; the capture kinds (${kinds.join(", ") || "attention"}) record every position: name their hook points instead`,
+      );
+    }
+    const lowered = lowerInterventions([...this.persistent, ...(options.interventions ?? [])], this.config.hiddenSize);
+    const hooks = options.hooks ?? [];
+    hooks.forEach(([name, fn], i) => {
+      if (typeof name !== "string" || typeof fn !== "function") throw new TypeError(`hooks[${i}] must be [hook point name, function]`);
+    });
     const signal = options.signal;
     signal?.throwIfAborted();
     const onAbort = () => this.native.cancel();
@@ -212,16 +247,15 @@ export class Session implements ForwardSession {
     try {
       const r = await this.native.forward(ids, {
         logits: options.logits ?? "last",
-        router: capture.has("router"),
-        residual: capture.has("residual"),
-        residualMid: capture.has("residual-mid"),
-        deltanet: capture.has("deltanet"),
-        attentionGate: capture.has("attention-gate"),
-        attentionLayers: options.attention?.layers,
+        capture,
+        capturePositions: options.capturePositions,
         attentionHeads: options.attention?.heads,
-        interventions: [...this.persistent, ...(options.interventions ?? [])],
+        interventions: lowered.interventions,
+        edits: [...lowered.edits, ...(options.edits ?? [])],
+        hooks: hooks.map(([name]) => name),
+        hookFunction: hooks.length ? hookDispatcher(hooks) : undefined,
       });
-      const result = this.wrap(r, { ids, start }, options.attention);
+      const result = this.wrap(r, { ids, start }, new Set(options.capture ?? []), options.attention);
       if (result.router) (this.load ??= new ExpertLoad(result.router.layers, result.router.experts, result.router.k)).add(result.router);
       return result;
     } finally {
@@ -230,53 +264,56 @@ export class Session implements ForwardSession {
     }
   }
 
-  private wrap(r: NativeForwardResult, span: TokenSpan, attention?: ForwardOptions["attention"]): ForwardResult {
+  private wrap(
+    r: NativeForwardResult,
+    span: TokenSpan,
+    kinds: Set<CaptureName>,
+    attention?: ForwardOptions["attention"],
+  ): ForwardResult {
     const c = this.config;
     const T = r.n;
-    const out: ForwardResult = { tokens: T, span, logits: new Tensor([r.logitsRows, c.vocabSize], r.logits) };
+    const cache = new ActivationCache(r.captures.map((x) => [x.name, new Tensor(x.shape, x.data)]));
+    const out: ForwardResult = { tokens: T, span, logits: new Tensor([r.logitsRows, c.vocabSize], r.logits), cache };
     const layersOf = (kind: string) => c.layerTypes.flatMap((t, i) => (t === kind ? [i] : []));
-    if (r.routerIds && r.routerWeights && r.routerLogits && r.routerProbs && r.sharedGate) {
-      const L = c.numLayers;
+    const every = [...Array(c.numLayers).keys()];
+    const f32 = (template: string, layers: number[]) => cache.stack<Float32Array>(template, layers);
+    if (kinds.has("router")) {
       out.router = new RouterTrace(
-        new Tensor([L, T, c.expertsPerToken], r.routerIds),
-        new Tensor([L, T, c.expertsPerToken], r.routerWeights),
-        new Tensor([L, T, c.numExperts], r.routerLogits),
-        new Tensor([L, T, c.numExperts], r.routerProbs),
-        new Tensor([L, T], r.sharedGate),
+        cache.stack<Int32Array>("blocks.{l}.moe.topk_ids", every),
+        f32("blocks.{l}.moe.topk_weights", every),
+        f32("blocks.{l}.moe.router_logits", every),
+        f32("blocks.{l}.moe.router_probs", every),
+        sigmoid(f32("blocks.{l}.moe.shared_gate", every)),
         span,
       );
     }
-    if (r.residual) out.residual = new Tensor([c.numLayers, T, c.hiddenSize], r.residual);
-    if (r.residualMid) out.residualMid = new Tensor([c.numLayers, T, c.hiddenSize], r.residualMid);
-    if (r.deltanetBeta && r.deltanetDecay && r.deltanetStateNorm) {
+    if (kinds.has("residual")) out.residual = f32("blocks.{l}.resid_post", every);
+    if (kinds.has("residual-mid")) out.residualMid = f32("blocks.{l}.resid_mid", every);
+    if (kinds.has("deltanet")) {
       const layers = layersOf("linear_attention");
-      const shape = [layers.length, T, c.linearValueHeads];
       out.deltanet = new DeltaNetTrace(
         layers,
-        new Tensor(shape, r.deltanetBeta),
-        new Tensor(shape, r.deltanetDecay),
-        new Tensor(shape, r.deltanetStateNorm),
+        f32("blocks.{l}.deltanet.beta", layers),
+        f32("blocks.{l}.deltanet.decay", layers),
+        f32("blocks.{l}.deltanet.state_norm", layers),
         span,
       );
     }
-    if (r.attention) {
-      const layers = [...(attention?.layers ?? [])];
-      const heads = attention?.heads?.length ? [...attention.heads] : [...Array(c.numHeads).keys()];
-      out.attention = new AttentionTrace(
-        layers,
-        heads,
-        new Tensor([layers.length, heads.length, T, span.start + T], r.attention),
-        span,
-      );
+    if (attention?.layers.length) {
+      const layers = [...attention.layers];
+      const heads = attention.heads?.length ? [...attention.heads] : [...Array(c.numHeads).keys()];
+      out.attention = new AttentionTrace(layers, heads, f32("blocks.{l}.attn.probs", layers), span);
     }
-    if (r.attentionGate) {
+    if (kinds.has("attention-gate")) {
       const layers = layersOf("full_attention");
-      out.attentionGate = new AttentionGateTrace(
-        layers,
-        new Tensor([layers.length, T, c.numHeads * c.headDim], r.attentionGate),
-        span,
-      );
+      const gate = sigmoid(f32("blocks.{l}.attn.gate", layers));
+      out.attentionGate = new AttentionGateTrace(layers, new Tensor([layers.length, T, c.numHeads * c.headDim], gate.data), span);
     }
     return out;
   }
+}
+
+// The legacy result fields hold gates as probabilities; the hook points hold their logits.
+function sigmoid(t: Tensor<Float32Array>): Tensor<Float32Array> {
+  return new Tensor(t.shape, t.data.map((x) => 1 / (1 + Math.exp(-x))));
 }

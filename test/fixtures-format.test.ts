@@ -66,7 +66,8 @@ function checkpointTensors(dir: string): Map<string, HeaderEntry> {
   return all;
 }
 
-// Canonical (transformers Qwen3_5MoeForCausalLM) parameter names and shapes implied by a text config.
+// Canonical (transformers Qwen3_5MoeForCausalLM, or Qwen3_5ForCausalLM for the dense qwen3_5_text)
+// parameter names and shapes implied by a text config.
 function expectedShapes(c: Record<string, any>): Map<string, number[]> {
   const H = c.hidden_size;
   const hd = c.head_dim;
@@ -103,6 +104,12 @@ function expectedShapes(c: Record<string, any>): Map<string, number[]> {
       m.set(a + "k_norm.weight", [hd]);
     }
     const e = p + "mlp.";
+    if (c.model_type === "qwen3_5_text") {
+      m.set(e + "gate_proj.weight", [c.intermediate_size, H]);
+      m.set(e + "up_proj.weight", [c.intermediate_size, H]);
+      m.set(e + "down_proj.weight", [H, c.intermediate_size]);
+      return;
+    }
     m.set(e + "gate.weight", [c.num_experts, H]);
     m.set(e + "experts.gate_up_proj", [c.num_experts, 2 * c.moe_intermediate_size, H]);
     m.set(e + "experts.down_proj", [c.num_experts, H, c.moe_intermediate_size]);
@@ -158,12 +165,12 @@ describe.each(folders)("%s", (fixture) => {
   test.each(layouts)("%s/: the tensors are exactly those the config implies", (layout) => {
     const config = JSON.parse(fs.readFileSync(path.join(dir, layout, "config.json"), "utf8"));
     const text = config.text_config ?? config;
-    expect(["qwen3_5_moe", "qwen3_5_moe_text"]).toContain(config.model_type);
+    expect(["qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_text"]).toContain(config.model_type);
     expect(text.layer_types).toHaveLength(text.num_hidden_layers);
     const stored = checkpointTensors(path.join(dir, layout));
     const expected = new Map<string, [string[], number[]]>();
     for (const [name, shape] of expectedShapes(text)) {
-      if (layout === "hf") expected.set(hfName(name, config.model_type === "qwen3_5_moe"), [["BF16", "F32"], shape]);
+      if (layout === "hf") expected.set(hfName(name, config.text_config !== undefined), [["BF16", "F32"], shape]);
       else for (const [n, dtype, s] of mlxTensors(name, shape, config.quantization)) expected.set(n, [[dtype], s]);
     }
     for (const [name, [dtypes, shape]] of expected) {
@@ -197,6 +204,10 @@ describe.each(folders)("%s", (fixture) => {
         expect(ids.data.every((i) => i >= 0 && i < V), `${p}.input_ids within the vocabulary`).toBe(true);
         expect(get(`${p}.logits`).shape).toEqual([T, V]);
         expect(get(`${p}.hidden`).shape).toEqual([L, T, H]);
+        if (c.model_type === "qwen3_5_text") {
+          expect(ref.has(`${p}.router_ids`), "a dense model has no router").toBe(false);
+          continue;
+        }
         expect(get(`${p}.router_logits`).shape).toEqual([L, T, E]);
         const ids3 = get(`${p}.router_ids`);
         const w = get(`${p}.router_weights`);

@@ -11,7 +11,7 @@ import { JUPYTER, codeCells, joined, jupyterEnv, requireDebianJupyter, run, type
 
 const CHROMIUM = "/usr/bin/chromium";
 const NOTEBOOKS = path.resolve(__dirname, "..", "notebooks");
-const NAMES = ["01-quickstart", "02-expert-routing", "03-deltanet-memory", "04-interventions", "05-lesson-moe-and-deltanet"];
+const NAMES = ["01-quickstart", "02-expert-routing", "03-deltanet-memory", "04-interventions", "05-lesson-moe-and-deltanet", "07-hooks"];
 const PLOTLY = "application/vnd.plotly.v1+json";
 const LIBRARY_MARK = "plotly.js v4.1.1";
 
@@ -180,6 +180,17 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(pairs.length).toBeGreaterThan(0);
     for (const [, renormalised, used] of pairs) expect(Number(renormalised)).toBeCloseTo(Number(used), 3);
     expect(figures(cells)).toHaveLength(5);
+  }, 200_000);
+
+  test("07-hooks: a hook function agrees with the built-in edit; a failing hook leaves the session", async () => {
+    const { cells } = await executedWell("07-hooks");
+    expect(figures(cells)).toHaveLength(1);
+    const agree = result(cells.find((c) => joined(c.source).includes("meanAblateHead(1)"))!);
+    expect(plain(agree)).toMatch(/'hook and edit agree': true/);
+    const listing = outputs(cells).filter((o) => o.output_type === "stream").map((o) => joined(o.text)).join("");
+    expect(listing).toMatch(/^blocks\.0\.resid_post +\[n, \d+\]/m);
+    const rolledBack = result(cells.find((c) => joined(c.source).includes('throw new Error("stop here")'))!);
+    expect(plain(rolledBack)).toContain('rejected with "stop here"; the session is still at position 10');
   }, 200_000);
 });
 

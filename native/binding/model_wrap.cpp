@@ -8,7 +8,8 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
   return DefineClass(env, "NativeModel",
                      {InstanceMethod<&ModelWrap::Config>("config"), InstanceMethod<&ModelWrap::NewSession>("session"),
                       InstanceMethod<&ModelWrap::Info>("info"), InstanceMethod<&ModelWrap::Dispose>("dispose"),
-                      InstanceMethod<&ModelWrap::Unembed>("unembed")});
+                      InstanceMethod<&ModelWrap::Unembed>("unembed"),
+                      InstanceMethod<&ModelWrap::HookPoints>("hookPoints")});
 }
 
 Napi::Object ModelWrap::Wrap(Napi::Env env, std::shared_ptr<Model> model) {
@@ -28,6 +29,41 @@ const Model& ModelWrap::checked(Napi::Env env) const {
 Napi::Value ModelWrap::Dispose(const Napi::CallbackInfo& info) {
   model_.reset();
   return info.Env().Undefined();
+}
+
+// Every hook point of this model (core/hook_points.h), in forward order.
+Napi::Value ModelWrap::HookPoints(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const Model& m = checked(env);
+  const std::vector<HookInstance> points = hook_instances(m.plan().parts());
+  Napi::Array out = Napi::Array::New(env, points.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    const HookPoint& p = hook_point(points[i].id);
+    const bool probs = p.layout == HookLayout::AttentionProbs;
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", points[i].name);
+    o.Set("template", p.name);
+    if (points[i].layer >= 0) o.Set("layer", points[i].layer);
+    Napi::Array dims = Napi::Array::New(env), shape = Napi::Array::New(env);
+    auto push = [&](const char* dim, Napi::Value size) {
+      dims.Set(dims.Length(), dim);
+      shape.Set(shape.Length(), size);
+    };
+    if (!probs) push("n", Napi::String::New(env, "n"));
+    for (HookDim d : p.dims) push(dim_name(d), Napi::Number::New(env, dim_size(m.config(), d)));
+    if (probs) {
+      push("n", Napi::String::New(env, "n"));
+      push("context", Napi::String::New(env, "context"));
+    }
+    o.Set("dims", dims);
+    o.Set("shape", shape);
+    o.Set("dtype", p.dtype == HookDtype::I32 ? "int32" : "float32");
+    o.Set("editable", p.access == HookAccess::Edit);
+    o.Set("optIn", probs);
+    o.Set("meaning", p.meaning);
+    out.Set(uint32_t(i), o);
+  }
+  return out;
 }
 
 Napi::Value ModelWrap::Config(const Napi::CallbackInfo& info) {

@@ -1,5 +1,8 @@
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
+#include "core/error.h"
 #include "wraps.h"
 
 namespace moelens::binding {
@@ -37,6 +40,36 @@ std::vector<int> int_list(Napi::Env env, const Napi::Object& o, const char* key,
   return out;
 }
 
+std::vector<float> float_list(Napi::Env env, const Napi::Object& o, const char* key, const std::string& where) {
+  std::vector<float> out;
+  if (!o.Has(key) || o.Get(key).IsUndefined()) return out;
+  Napi::Value v = o.Get(key);
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw Napi::TypeError::New(env, where + "." + key + " must be a Float32Array");
+  Napi::Float32Array f = v.As<Napi::Float32Array>();
+  out.assign(f.Data(), f.Data() + f.ElementLength());
+  return out;
+}
+
+float number(Napi::Env env, const Napi::Object& o, const char* key, const std::string& where, float otherwise) {
+  if (!o.Has(key) || o.Get(key).IsUndefined()) return otherwise;
+  if (!o.Get(key).IsNumber()) throw Napi::TypeError::New(env, where + "." + key + " must be a number");
+  return o.Get(key).As<Napi::Number>().FloatValue();
+}
+
+std::vector<std::string> string_list(Napi::Env env, const Napi::Object& o, const char* key) {
+  std::vector<std::string> out;
+  if (!o.Has(key) || o.Get(key).IsUndefined()) return out;
+  if (!o.Get(key).IsArray()) throw Napi::TypeError::New(env, std::string(key) + " must be an array of strings");
+  Napi::Array a = o.Get(key).As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    if (!a.Get(i).IsString())
+      throw Napi::TypeError::New(env, std::string(key) + "[" + std::to_string(i) + "] must be a string");
+    out.push_back(a.Get(i).As<Napi::String>().Utf8Value());
+  }
+  return out;
+}
+
 Intervention parse_intervention(Napi::Env env, const Napi::Value& v, size_t index) {
   const std::string where = "interventions[" + std::to_string(index) + "]";
   if (!v.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
@@ -44,9 +77,8 @@ Intervention parse_intervention(Napi::Env env, const Napi::Value& v, size_t inde
   static const std::pair<const char*, Intervention::Kind> kKinds[] = {
       {"disable-experts", Intervention::Kind::DisableExperts},
       {"force-experts", Intervention::Kind::ForceExperts},
+      {"bias-experts", Intervention::Kind::BiasExperts},
       {"scale-shared-expert", Intervention::Kind::ScaleShared},
-      {"steer", Intervention::Kind::Steer},
-      {"patch-residual", Intervention::Kind::PatchResidual},
       {"scale-deltanet-state", Intervention::Kind::ScaleDeltaNetState},
   };
   std::string kind = o.Has("type") ? o.Get("type").ToString().Utf8Value() : "";
@@ -56,8 +88,8 @@ Intervention parse_intervention(Napi::Env env, const Napi::Value& v, size_t inde
     if (kind == name) iv.kind = k, known = true;
   if (!known)
     throw Napi::TypeError::New(env, where + ".type '" + kind +
-                                        "' is unknown (disable-experts, force-experts, scale-shared-expert, steer, "
-                                        "patch-residual, scale-deltanet-state)");
+                                        "' is unknown (disable-experts, force-experts, bias-experts, "
+                                        "scale-shared-expert, scale-deltanet-state)");
   if (o.Has("layer") && !o.Get("layer").IsUndefined()) {
     Napi::Value l = o.Get("layer");
     if (!l.IsNumber() || l.As<Napi::Number>().DoubleValue() != double(l.As<Napi::Number>().Int32Value()))
@@ -66,21 +98,37 @@ Intervention parse_intervention(Napi::Env env, const Napi::Value& v, size_t inde
   }
   iv.experts = int_list(env, o, "experts", where);
   iv.positions = int_list(env, o, "positions", where);
-  if (o.Has("scale") && !o.Get("scale").IsUndefined()) {
-    if (!o.Get("scale").IsNumber()) throw Napi::TypeError::New(env, where + ".scale must be a number");
-    iv.scale = o.Get("scale").As<Napi::Number>().FloatValue();
-  }
-  if (o.Has("vector") && !o.Get("vector").IsUndefined()) {
-    Napi::Value vec = o.Get("vector");
-    if (!vec.IsTypedArray() || vec.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-      throw Napi::TypeError::New(env, where + ".vector must be a Float32Array");
-    Napi::Float32Array f = vec.As<Napi::Float32Array>();
-    iv.vector.assign(f.Data(), f.Data() + f.ElementLength());
-  }
+  iv.scale = number(env, o, "scale", where, 1.0f);
+  iv.values = float_list(env, o, "values", where);
   return iv;
 }
 
-// The options object of forward() and decodeGreedy(): logits mode, captures, interventions.
+HookEdit parse_edit(Napi::Env env, const Napi::Value& v, size_t index) {
+  const std::string where = "edits[" + std::to_string(index) + "]";
+  if (!v.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
+  Napi::Object o = v.As<Napi::Object>();
+  static const std::pair<const char*, HookEdit::Op> kOps[] = {
+      {"set", HookEdit::Op::Set},     {"add", HookEdit::Op::Add},   {"scale", HookEdit::Op::Scale},
+      {"zero", HookEdit::Op::Zero},   {"mean", HookEdit::Op::Mean},
+  };
+  HookEdit e;
+  if (!o.Has("hook") || !o.Get("hook").IsString()) throw Napi::TypeError::New(env, where + ".hook must be a hook point name");
+  e.name = o.Get("hook").As<Napi::String>().Utf8Value();
+  const std::string op = o.Has("op") ? o.Get("op").ToString().Utf8Value() : "";
+  bool known = false;
+  for (const auto& [name, k] : kOps)
+    if (op == name) e.op = k, known = true;
+  if (!known) throw Napi::TypeError::New(env, where + ".op '" + op + "' is unknown (set, add, scale, zero, mean)");
+  e.positions = int_list(env, o, "positions", where);
+  e.heads = int_list(env, o, "heads", where);
+  e.channels = int_list(env, o, "channels", where);
+  e.values = float_list(env, o, "values", where);
+  e.scale = number(env, o, "scale", where, 1.0f);
+  return e;
+}
+
+// The options object of forward() and decodeGreedy(): logits mode, captures, interventions, edits,
+// hook patterns.
 ForwardOptions parse_options(Napi::Env env, Napi::Object o) {
   ForwardOptions opt;
   if (o.Has("logits")) {
@@ -90,21 +138,89 @@ ForwardOptions parse_options(Napi::Env env, Napi::Object o) {
     else if (mode == "none") opt.logits = LogitsMode::None;
     else throw Napi::TypeError::New(env, "options.logits must be 'all', 'last' or 'none'");
   }
-  auto flag = [&](const char* key) { return o.Has(key) && o.Get(key).ToBoolean().Value(); };
-  opt.capture.router = flag("router");
-  opt.capture.residual = flag("residual");
-  opt.capture.residual_mid = flag("residualMid");
-  opt.capture.deltanet = flag("deltanet");
-  opt.capture.attention_gate = flag("attentionGate");
-  opt.capture.attention_layers = int_list(env, o, "attentionLayers", "capture");
-  opt.capture.attention_heads = int_list(env, o, "attentionHeads", "capture");
-  if (o.Has("interventions") && !o.Get("interventions").IsUndefined()) {
-    if (!o.Get("interventions").IsArray()) throw Napi::TypeError::New(env, "interventions must be an array");
-    Napi::Array a = o.Get("interventions").As<Napi::Array>();
-    for (uint32_t i = 0; i < a.Length(); ++i) opt.interventions.push_back(parse_intervention(env, a.Get(i), i));
-  }
+  opt.capture.names = string_list(env, o, "capture");
+  opt.capture.positions = int_list(env, o, "capturePositions", "options");
+  opt.capture.attention_heads = int_list(env, o, "attentionHeads", "options");
+  auto objects = [&](const char* key, auto parse, auto& into) {
+    if (!o.Has(key) || o.Get(key).IsUndefined()) return;
+    if (!o.Get(key).IsArray()) throw Napi::TypeError::New(env, std::string(key) + " must be an array");
+    Napi::Array a = o.Get(key).As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); ++i) into.push_back(parse(env, a.Get(i), i));
+  };
+  objects("interventions", parse_intervention, opt.interventions);
+  objects("edits", parse_edit, opt.edits);
+  opt.hooks.patterns = string_list(env, o, "hooks");
   return opt;
 }
+
+// Calls the JS hook function from the worker thread: the worker waits until the main thread has run
+// it (Napi::ThreadSafeFunction), so the forward pass continues with its result.
+class HookBridge {
+ public:
+  HookBridge(Napi::Env env, Napi::Function fn) : tsfn_(Napi::ThreadSafeFunction::New(env, fn, "moelens hook", 0, 1)) {}
+  ~HookBridge() { tsfn_.Release(); }
+
+  // On the worker thread.
+  bool call(HookCall& c) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      call_ = &c;
+      done_ = false;
+      replaced_ = false;
+      error_.clear();
+    }
+    if (tsfn_.BlockingCall([this](Napi::Env env, Napi::Function fn) { run(env, fn); }) != napi_ok)
+      throw Error("hook " + std::to_string(c.hook) + " (" + c.name + "): JavaScript is shutting down");
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    if (!error_.empty()) throw Error(error_);
+    return replaced_;
+  }
+
+  // The exception a hook threw (on the main thread, once the call has failed).
+  Napi::Value thrown(Napi::Env env) { return thrown_.IsEmpty() ? env.Undefined() : thrown_.Value(); }
+
+ private:
+  // On the main thread.
+  void run(Napi::Env env, Napi::Function fn) {
+    HookCall& c = *call_;
+    std::string error;
+    bool replaced = false;
+    try {
+      Napi::Float32Array values = Napi::Float32Array::New(env, c.values.size());
+      std::memcpy(values.Data(), c.values.data(), c.values.size() * 4);
+      Napi::Array shape = Napi::Array::New(env, c.shape.size());
+      for (size_t i = 0; i < c.shape.size(); ++i) shape.Set(uint32_t(i), c.shape[i]);
+      Napi::Value r = fn.Call({Napi::Number::New(env, c.hook), Napi::String::New(env, c.name),
+                               Napi::Number::New(env, c.layer), shape, Napi::Number::New(env, c.position), values});
+      if (r.IsTypedArray() && r.As<Napi::TypedArray>().TypedArrayType() == napi_float32_array) {
+        Napi::Float32Array f = r.As<Napi::Float32Array>();
+        if (f.ElementLength() != c.values.size())
+          error = "hook " + std::to_string(c.hook) + " (" + c.name + ") returned " + std::to_string(f.ElementLength()) +
+                  " values; " + std::to_string(c.values.size()) + " expected";
+        else std::memcpy(c.values.data(), f.Data(), c.values.size() * 4), replaced = true;
+      } else if (!r.IsUndefined()) {
+        error = "hook " + std::to_string(c.hook) + " (" + c.name + ") must return a Float32Array or undefined";
+      }
+    } catch (const Napi::Error& e) {
+      error = e.Message().empty() ? "hook " + std::to_string(c.hook) + " (" + c.name + ") threw" : e.Message();
+      thrown_ = Napi::Persistent(e.Value());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = error;
+    replaced_ = replaced;
+    done_ = true;
+    cv_.notify_one();
+  }
+
+  Napi::ThreadSafeFunction tsfn_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  HookCall* call_ = nullptr;
+  bool done_ = false, replaced_ = false;
+  std::string error_;
+  Napi::ObjectReference thrown_;
+};
 
 }  // namespace
 
@@ -112,10 +228,11 @@ ForwardOptions parse_options(Napi::Env env, Napi::Object o) {
 class ForwardWorker : public Napi::AsyncWorker {
  public:
   ForwardWorker(Napi::Env env, SessionWrap* owner, Napi::Object owner_obj, std::vector<int32_t> ids,
-                ForwardOptions options, int greedy_steps = 0)
+                ForwardOptions options, int greedy_steps = 0, std::unique_ptr<HookBridge> bridge = nullptr)
       : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), owner_(owner), ids_(std::move(ids)),
-        options_(options), greedy_steps_(greedy_steps) {
+        options_(std::move(options)), greedy_steps_(greedy_steps), bridge_(std::move(bridge)) {
     owner_ref_ = Napi::Persistent(owner_obj);  // keep the session alive while the work runs
+    if (bridge_) options_.hooks.call = [b = bridge_.get()](HookCall& c) { return b->call(c); };
   }
   Napi::Promise promise() { return deferred_.Promise(); }
 
@@ -138,29 +255,28 @@ class ForwardWorker : public Napi::AsyncWorker {
     o.Set("logitsRows", Napi::Number::New(env, result_.logits_rows));
     o.Set("logits", to_typed_array<float, Napi::Float32Array>(env, std::move(result_.logits)));
     o.Set("position", Napi::Number::New(env, result_.position));
-    auto f32 = [&](const char* key, std::vector<float>& v, bool on) {
-      if (on) o.Set(key, to_typed_array<float, Napi::Float32Array>(env, std::move(v)));
-    };
-    const CaptureSpec& cap = options_.capture;
-    f32("routerLogits", result_.router_logits, cap.router);
-    f32("routerProbs", result_.router_probs, cap.router);
-    if (cap.router) o.Set("routerIds", to_typed_array<int32_t, Napi::Int32Array>(env, std::move(result_.router_ids)));
-    f32("routerWeights", result_.router_weights, cap.router);
-    f32("sharedGate", result_.shared_gate, cap.router);
-    f32("residual", result_.residual, cap.residual);
-    f32("residualMid", result_.residual_mid, cap.residual_mid);
-    f32("deltanetBeta", result_.deltanet_beta, cap.deltanet);
-    f32("deltanetDecay", result_.deltanet_decay, cap.deltanet);
-    f32("deltanetStateNorm", result_.deltanet_state_norm, cap.deltanet);
-    f32("attentionGate", result_.attention_gate, cap.attention_gate);
-    f32("attention", result_.attention, !cap.attention_layers.empty());
+    Napi::Array captures = Napi::Array::New(env, result_.captures.size());
+    for (size_t i = 0; i < result_.captures.size(); ++i) {
+      Captured& c = result_.captures[i];
+      Napi::Object e = Napi::Object::New(env);
+      e.Set("name", c.name);
+      Napi::Array shape = Napi::Array::New(env, c.shape.size());
+      for (size_t k = 0; k < c.shape.size(); ++k) shape.Set(uint32_t(k), c.shape[k]);
+      e.Set("shape", shape);
+      if (hook_point(c.id).dtype == HookDtype::I32)
+        e.Set("data", to_typed_array<int32_t, Napi::Int32Array>(env, std::move(c.i32)));
+      else e.Set("data", to_typed_array<float, Napi::Float32Array>(env, std::move(c.f32)));
+      captures.Set(uint32_t(i), e);
+    }
+    o.Set("captures", captures);
     deferred_.Resolve(o);
   }
 
   void OnError(const Napi::Error& e) override {
     owner_->busy_ = false;
     owner_->report_memory(Env());
-    deferred_.Reject(e.Value());
+    Napi::Value thrown = bridge_ ? bridge_->thrown(Env()) : Env().Undefined();
+    deferred_.Reject(thrown.IsUndefined() ? e.Value() : thrown);
   }
 
  private:
@@ -170,6 +286,7 @@ class ForwardWorker : public Napi::AsyncWorker {
   std::vector<int32_t> ids_;
   ForwardOptions options_;
   int greedy_steps_;
+  std::unique_ptr<HookBridge> bridge_;
   ForwardResult result_;
   std::vector<int32_t> chosen_;
 };
@@ -230,10 +347,17 @@ Napi::Value SessionWrap::Forward(const Napi::CallbackInfo& info) {
   Napi::Int32Array ids = info[0].As<Napi::Int32Array>();
   std::vector<int32_t> copy(ids.Data(), ids.Data() + ids.ElementLength());
   ForwardOptions opt = info.Length() > 1 && info[1].IsObject() ? parse_options(env, info[1].As<Napi::Object>()) : ForwardOptions{};
+  std::unique_ptr<HookBridge> bridge;
+  if (!opt.hooks.patterns.empty()) {
+    Napi::Value fn = info[1].As<Napi::Object>().Get("hookFunction");
+    if (!fn.IsFunction()) throw Napi::TypeError::New(env, "options.hookFunction must be a function when hooks are given");
+    bridge = std::make_unique<HookBridge>(env, fn.As<Napi::Function>());
+  }
   cancel_ = false;
   opt.cancel = &cancel_;
   busy_ = true;
-  auto* worker = new ForwardWorker(env, this, info.This().As<Napi::Object>(), std::move(copy), opt);
+  auto* worker = new ForwardWorker(env, this, info.This().As<Napi::Object>(), std::move(copy), std::move(opt), 0,
+                                   std::move(bridge));
   Napi::Promise p = worker->promise();
   worker->Queue();
   return p;

@@ -26,6 +26,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Info(const Napi::CallbackInfo& info);
   Napi::Value Dispose(const Napi::CallbackInfo& info);
   Napi::Value Unembed(const Napi::CallbackInfo& info);
+  Napi::Value HookPoints(const Napi::CallbackInfo& info);
   const Model& checked(Napi::Env env) const;
   std::shared_ptr<Model> model_;
 };

@@ -104,19 +104,30 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& path)
   if (!mt || !mt->is_string()) fail(path, ": missing field 'model_type'");
   c.model_type = mt->as_string();
 
+  // The families: the top-level model_type with a text_config, or the bare text model_type.
+  static const std::pair<const char*, const char*> kFamilies[] = {{"qwen3_5_moe", "qwen3_5_moe_text"},
+                                                                  {"qwen3_5", "qwen3_5_text"}};
   const Json* text_cfg = &root;
   std::string prefix;
-  if (c.model_type == "qwen3_5_moe") {
-    text_cfg = root.find("text_config");
-    if (!text_cfg || !text_cfg->is_object()) fail(path, ": model_type 'qwen3_5_moe' needs an object field 'text_config'");
-    prefix = "text_config.";
-    const Json* inner = text_cfg->find("model_type");
-    if (inner && (!inner->is_string() || inner->as_string() != "qwen3_5_moe_text"))
-      fail(path, ": field 'text_config.model_type' must be \"qwen3_5_moe_text\"");
-  } else if (c.model_type != "qwen3_5_moe_text") {
-    fail(path, ": unknown architecture: model_type '", c.model_type,
-         "' (supported: 'qwen3_5_moe' and 'qwen3_5_moe_text')");
+  bool known = false, dense = false;
+  for (const auto& [top, text] : kFamilies) {
+    if (c.model_type == top) {
+      text_cfg = root.find("text_config");
+      if (!text_cfg || !text_cfg->is_object())
+        fail(path, ": model_type '", top, "' needs an object field 'text_config'");
+      prefix = "text_config.";
+      const Json* inner = text_cfg->find("model_type");
+      if (inner && (!inner->is_string() || inner->as_string() != text))
+        fail(path, ": field 'text_config.model_type' must be \"", text, "\"");
+    } else if (c.model_type != text) {
+      continue;
+    }
+    known = true;
+    dense = std::string(top) == "qwen3_5";
   }
+  if (!known)
+    fail(path, ": unknown architecture: model_type '", c.model_type,
+         "' (supported: 'qwen3_5_moe', 'qwen3_5_moe_text', 'qwen3_5' and 'qwen3_5_text')");
   Fields f(*text_cfg, path, prefix);
 
   c.vocab_size = f.integer("vocab_size");
@@ -131,11 +142,15 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& path)
   c.linear_key_dim = f.integer("linear_key_head_dim");
   c.linear_value_dim = f.integer("linear_value_head_dim");
   c.conv_kernel = f.integer("linear_conv_kernel_dim");
-  c.num_experts = f.integer("num_experts");
-  c.experts_per_token = f.integer("num_experts_per_tok");
-  c.expert_intermediate = f.integer("moe_intermediate_size");
-  c.shared_intermediate = f.integer("shared_expert_intermediate_size");
-  c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
+  if (dense) {
+    c.mlp_intermediate = f.integer("intermediate_size");
+  } else {
+    c.num_experts = f.integer("num_experts");
+    c.experts_per_token = f.integer("num_experts_per_tok");
+    c.expert_intermediate = f.integer("moe_intermediate_size");
+    c.shared_intermediate = f.integer("shared_expert_intermediate_size");
+    c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
+  }
   c.rms_norm_eps = float(f.number_or("rms_norm_eps", 1e-6));
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", root.find("tie_word_embeddings") &&
                                                                       root.find("tie_word_embeddings")->is_bool() &&

@@ -1,5 +1,6 @@
-// The model's hyper-parameters, read from a checkpoint's config.json (`qwen3_5_moe` with a
-// `text_config`, or a bare `qwen3_5_moe_text`). Any size of the family is accepted.
+// The model's hyper-parameters, read from a checkpoint's config.json: the Qwen3.5 hybrid family,
+// `qwen3_5_moe` (mixture of experts) and `qwen3_5` (dense MLP), each with a `text_config` or as a bare
+// `*_text` config. Any size of the family is accepted.
 #pragma once
 
 #include <map>
@@ -37,7 +38,10 @@ struct ModelConfig {
   int linear_value_dim = 0;
   int conv_kernel = 0;
 
-  // MoE
+  // dense MLP (qwen3_5): SwiGLU of this width; 0 for a mixture of experts
+  int mlp_intermediate = 0;
+
+  // MoE (qwen3_5_moe)
   int num_experts = 0;
   int experts_per_token = 0;
   int expert_intermediate = 0;

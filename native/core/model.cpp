@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include "models/models.h"
+
 namespace moelens {
 
 std::unique_ptr<Model> Model::load(const std::string& dir, std::unique_ptr<Backend> backend, const Progress& progress) {
@@ -7,6 +9,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, std::unique_ptr<Backe
   m->dir_ = dir;
   m->config_ = ModelConfig::load(dir);
   m->checkpoint_ = std::make_unique<Checkpoint>(dir);
+  m->plan_ = make_plan(m->config_);
   m->weights_ = resolve_weights(m->config_, *m->checkpoint_);
   m->backend_ = std::move(backend);
   Backend& be = *m->backend_;
@@ -39,6 +42,19 @@ std::unique_ptr<Model> Model::load(const std::string& dir, std::unique_ptr<Backe
       r.o = be.upload(a.o);
       r.q_norm = be.upload(a.q_norm);
       r.k_norm = be.upload(a.k_norm);
+    }
+    if (m->config_.mlp_intermediate) {
+      // One-expert stacks: the dense plan runs its SwiGLU through the expert kernel.
+      auto stack = [](LinearWeight w) {
+        w.experts = 1;
+        return w;
+      };
+      r.gate = be.upload(stack(L.mlp.gate));
+      r.up = be.upload(stack(L.mlp.up));
+      r.down = be.upload(stack(L.mlp.down));
+      m->layers_.push_back(std::move(r));
+      if (progress) progress(int(m->layers_.size()) + 1, total);
+      continue;
     }
     const MoEWeights& e = L.moe;
     r.router = be.upload(e.router);

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
+#include "plan.h"
 #include "weights.h"
 
 namespace moelens {
@@ -23,7 +24,7 @@ struct LayerResources {
   // gated attention
   std::unique_ptr<Weight> q, k, v, o;
   std::unique_ptr<Buffer> q_norm, k_norm;
-  // MoE
+  // MoE; a dense MLP uses gate, up and down alone, as one-expert stacks
   std::unique_ptr<Weight> router, gate, up, down, shared_gate, shared_up, shared_down, shared_expert_gate;
 };
 
@@ -44,6 +45,8 @@ class Model {
   const Weight& lm_head() const { return *lm_head_; }
   View final_norm() const { return View(final_norm_); }
   const LayerResources& layer(int i) const { return layers_[size_t(i)]; }
+  // What each layer runs (models/), from config.json's model_type.
+  const ModelPlan& plan() const { return *plan_; }
 
  private:
   Model() = default;
@@ -55,6 +58,7 @@ class Model {
   std::unique_ptr<Weight> embed_, lm_head_;
   std::unique_ptr<Buffer> final_norm_;
   std::vector<LayerResources> layers_;
+  std::unique_ptr<ModelPlan> plan_;
 };
 
 }  // namespace moelens

@@ -8,52 +8,32 @@
 #include <memory>
 #include <vector>
 
+#include "hook_run.h"
 #include "intervention.h"
 #include "model.h"
+#include "plan.h"
 
 namespace moelens {
 
 enum class LogitsMode { None, Last, All };
 
-struct CaptureSpec {
-  bool router = false;        // router logits, probabilities, top-k ids and weights, shared-expert gate
-  bool residual = false;      // residual stream after each layer
-  bool residual_mid = false;  // residual stream after each layer's attention / DeltaNet sublayer
-  bool deltanet = false;      // beta, decay exp(g) and state norm per DeltaNet layer, head and token
-  bool attention_gate = false;  // sigmoid of the attention output gate per attention layer
-  std::vector<int> attention_layers;  // attention weights of these layers ...
-  std::vector<int> attention_heads;   // ... and these heads (empty: all)
-};
-
 struct ForwardOptions {
   LogitsMode logits = LogitsMode::Last;
   CaptureSpec capture;
-  std::vector<Intervention> interventions;
+  std::vector<Intervention> interventions;  // router, shared-expert and state edits
+  std::vector<HookEdit> edits;              // edits at hook points
+  HookFunctions hooks;                      // hook functions (the call is undone if one throws)
   const std::atomic<bool>* cancel = nullptr;  // checked between chunks, so the state stays consistent
 };
 
-// Everything a call returns. Trace arrays are row-major; empty unless captured.
+// Everything a call returns.
 struct ForwardResult {
   int n = 0;         // tokens fed
   int position = 0;  // position of the first of them
   int logits_rows = 0;
-  std::vector<float> logits;          // [logits_rows, vocab]
-  std::vector<float> router_logits;   // [layers, n, experts]
-  std::vector<float> router_probs;    // [layers, n, experts]
-  std::vector<int32_t> router_ids;    // [layers, n, k]
-  std::vector<float> router_weights;  // [layers, n, k]
-  std::vector<float> shared_gate;     // [layers, n]: sigmoid of the shared-expert gate
-  std::vector<float> residual;        // [layers, n, hidden]
-  std::vector<float> residual_mid;    // [layers, n, hidden]
-  std::vector<float> deltanet_beta;   // [deltanet layers, n, value heads]
-  std::vector<float> deltanet_decay;  // [deltanet layers, n, value heads]
-  std::vector<float> deltanet_state_norm;  // [deltanet layers, n, value heads]
-  std::vector<float> attention_gate;  // [attention layers, n, heads * head_dim]
-  std::vector<float> attention;       // [chosen layers, chosen heads, n, position + n]
+  std::vector<float> logits;       // [logits_rows, vocab]
+  std::vector<Captured> captures;  // in the order asked for
 };
-
-// Captured attention weights are refused past this many bytes.
-constexpr size_t kMaxAttentionCaptureBytes = size_t(512) << 20;
 
 class Session {
  public:
@@ -70,8 +50,8 @@ class Session {
   ForwardResult forward(const int32_t* ids, int n, const ForwardOptions& options);
   // Greedy decoding of `steps` tokens: feeds `first`, then each chosen token, which stays on the
   // backend between steps (the arg-max runs there and nothing is read back until the end, so a GPU
-  // runs a step while the host records the next). Interventions apply as in forward(); captures are
-  // refused. Returns the chosen tokens; the last of them has not been fed, as after forward().
+  // runs a step while the host records the next). Interventions and edits apply as in forward();
+  // captures and hook functions are refused. Returns the chosen tokens; the last of them has not been fed, as after forward().
   std::vector<int32_t> decode_greedy(int32_t first, int steps, const ForwardOptions& options);
   void reset();
   std::unique_ptr<Session> fork() const;
@@ -81,10 +61,6 @@ class Session {
   void deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const;
 
  private:
-  struct LayerState {
-    std::unique_ptr<Buffer> conv, recurrent;  // DeltaNet
-    std::unique_ptr<Buffer> k_cache, v_cache;  // attention
-  };
   struct Scratch;
 
   // Where a chunk's tokens come from: the host, or a backend buffer (greedy decoding), and where its
@@ -93,9 +69,12 @@ class Session {
     const int32_t* host_ids = nullptr;
     View device_ids, next_token;
   };
-  void forward_chunk(const ChunkIO& io, int m, int offset, const ForwardOptions& options, ForwardResult& result);
-  void validate(const ForwardOptions& options, int n) const;
+  void forward_chunk(const ChunkIO& io, int m, int offset, const ForwardOptions& options, HookRun& hooks,
+                     ForwardResult& result);
+  ForwardResult forward_calls(const int32_t* ids, int n, const ForwardOptions& options);
+  void validate(const ForwardOptions& options) const;
   void apply_state_interventions(const ForwardOptions& options);
+  void restore(Session& before);
   void ensure_kv_capacity(int tokens);
   Scratch& scratch(int m);
 

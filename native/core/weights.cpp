@@ -44,7 +44,8 @@ class Resolver {
       L.post_norm = norm_vector(p + "post_attention_layernorm.weight", H, true);
       if (L.kind == LayerKind::DeltaNet) resolve_deltanet(p + "linear_attn.", L.deltanet);
       else resolve_attention(p + "self_attn.", L.attention);
-      resolve_moe(p + "mlp.", L.moe);
+      if (c_.mlp_intermediate) resolve_mlp(p + "mlp.", L.mlp);
+      else resolve_moe(p + "mlp.", L.moe);
       w.layers.push_back(std::move(L));
     }
     ck_.check_all_consumed({"mtp.", "model.mtp.", "model.visual.", "visual.", "vision_tower.", "model.vision_tower.",
@@ -244,6 +245,13 @@ class Resolver {
     m.shared_up = linear(p + "shared_expert.up_proj", S, H);
     m.shared_down = linear(p + "shared_expert.down_proj", H, S);
     m.shared_expert_gate = linear(p + "shared_expert_gate", 1, H);
+  }
+
+  void resolve_mlp(const std::string& p, MlpWeights& m) {
+    const int H = c_.hidden_size, I = c_.mlp_intermediate;
+    m.gate = linear(p + "gate_proj", I, H);
+    m.up = linear(p + "up_proj", I, H);
+    m.down = linear(p + "down_proj", H, I);
   }
 
   LinearWeight per_expert(const std::string& p, const char* proj, int64_t rows, int64_t cols) {

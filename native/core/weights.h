@@ -53,12 +53,17 @@ struct MoEWeights {
   LinearWeight shared_expert_gate;            // [1, hidden]
 };
 
+struct MlpWeights {
+  LinearWeight gate, up, down;  // SwiGLU: down(silu(gate x) * up x)
+};
+
 struct LayerWeights {
   LayerKind kind;
   std::vector<float> input_norm, post_norm;  // effective weights
   DeltaNetWeights deltanet;
   AttentionWeights attention;
-  MoEWeights moe;
+  MoEWeights moe;  // qwen3_5_moe
+  MlpWeights mlp;  // qwen3_5 (config.mlp_intermediate > 0)
 };
 
 enum class CheckpointLayout { HF, MLX };

@@ -1,6 +1,6 @@
-"""transformers' Qwen3_5MoeForCausalLM built from canonical float32 weights, run in float32 on the CPU
-with eager attention and the torch fallbacks, plus forward hooks that record the residual stream and
-the router of every layer."""
+"""transformers' Qwen3_5MoeForCausalLM (or, for the dense qwen3_5, Qwen3_5ForCausalLM) built from
+canonical float32 weights, run in float32 on the CPU with eager attention and the torch fallbacks, plus
+forward hooks that record the residual stream and, in a mixture of experts, the router of every layer."""
 
 import importlib.util
 from dataclasses import dataclass
@@ -23,16 +23,24 @@ def environment() -> str:
     )
 
 
-def build_model(text_config: dict, weights: dict[str, np.ndarray]):
-    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+def model_classes(text_config: dict):
+    """(causal LM class, text config class) for a text config's model_type."""
+    import transformers
 
+    if text_config["model_type"] == "qwen3_5_text":
+        return transformers.Qwen3_5ForCausalLM, transformers.Qwen3_5TextConfig
+    return transformers.Qwen3_5MoeForCausalLM, transformers.Qwen3_5MoeTextConfig
+
+
+def build_model(text_config: dict, weights: dict[str, np.ndarray]):
+    model_class, config_class = model_classes(text_config)
     fields = {k: v for k, v in text_config.items() if k not in _NOT_MODEL_CONFIG}
     try:
-        config = Qwen3_5MoeTextConfig.from_dict(fields)
+        config = config_class.from_dict(fields)
     except Exception as e:  # a config class that rejects unknown keys: keep the ones it knows
-        known = set(Qwen3_5MoeTextConfig().to_dict())
+        known = set(config_class().to_dict())
         print(f"  config rejected extra keys ({e}); dropping {sorted(set(fields) - known)}")
-        config = Qwen3_5MoeTextConfig.from_dict({k: v for k, v in fields.items() if k in known})
+        config = config_class.from_dict({k: v for k, v in fields.items() if k in known})
     # Eager attention and the plain per-expert loop: the reference implementations.
     for attr in ("_attn_implementation", "_experts_implementation"):
         try:
@@ -40,7 +48,7 @@ def build_model(text_config: dict, weights: dict[str, np.ndarray]):
         except Exception:
             pass
     torch.manual_seed(0)
-    model = Qwen3_5MoeForCausalLM(config).float().eval()
+    model = model_class(config).float().eval()
     if model.config._attn_implementation != "eager":
         model.set_attn_implementation("eager")
     if model.config._attn_implementation != "eager":
@@ -119,17 +127,24 @@ def read_router_output(output, num_experts: int, k: int) -> RouterSignature:
     return RouterSignature(full[0], is_probs, top[0], ids_at[0], len(output))
 
 
+def has_router(model) -> bool:
+    """A mixture of experts (its MLP has a router `gate`), not a dense MLP (gate_proj, up_proj, down_proj)."""
+    return hasattr(decoder_layers(model)[0].mlp, "gate")
+
+
 class Recorder:
-    """Records, for one forward call, the residual stream after each decoder layer and each layer's
-    router (logits computed from the router's input, ids and weights as the router returned them).
-    Also checks that routing() reproduces the router exactly, since the ablation relies on it."""
+    """Records, for one forward call, the residual stream after each decoder layer and, in a mixture
+    of experts, each layer's router (logits computed from the router's input, ids and weights as the
+    router returned them). Also checks that routing() reproduces the router exactly, since the ablation
+    relies on it."""
 
     def __init__(self, model):
         self.model = model
         self.layers = decoder_layers(model)
         cfg = model.config
-        self.num_experts = cfg.num_experts
-        self.k = cfg.num_experts_per_tok
+        self.routed = has_router(model)
+        self.num_experts = cfg.num_experts if self.routed else 0
+        self.k = cfg.num_experts_per_tok if self.routed else 0
         self.hidden: list = [None] * len(self.layers)
         self.router_logits: list = [None] * len(self.layers)
         self.router_ids: list = [None] * len(self.layers)
@@ -140,7 +155,8 @@ class Recorder:
     def __enter__(self) -> "Recorder":
         for i, layer in enumerate(self.layers):
             self._handles.append(layer.register_forward_hook(self._layer_hook(i)))
-            self._handles.append(layer.mlp.gate.register_forward_hook(self._router_hook(i)))
+            if self.routed:
+                self._handles.append(layer.mlp.gate.register_forward_hook(self._router_hook(i)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -174,6 +190,8 @@ class Recorder:
         return hook
 
     def arrays(self) -> dict[str, np.ndarray]:
+        if not self.routed:
+            return {"hidden": torch.stack(self.hidden).numpy()}
         return {
             "hidden": torch.stack(self.hidden).numpy(),
             "router_logits": torch.stack(self.router_logits).numpy(),

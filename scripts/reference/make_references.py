@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Step 2 of the reference generator (torch + transformers; computes on the CPU in float32): for each fixture and layout, reads the checkpoint folder written by
-make_checkpoints.py, runs transformers' Qwen3_5MoeForCausalLM on it and writes
+"""Step 2 of the reference generator (torch + transformers; computes on the CPU in float32): for each
+fixture and layout, reads the checkpoint folder written by make_checkpoints.py, runs transformers'
+Qwen3_5MoeForCausalLM (Qwen3_5ForCausalLM for the dense qwen3_5) on it and writes
 
-  <out>/<name>/ref_<layout>.safetensors            prompts, logits, residual stream, router, greedy decode
+  <out>/<name>/ref_<layout>.safetensors            prompts, logits, residual stream, router (mixtures of
+                                                   experts), greedy decode
   <out>/<name>/interventions_<layout>.safetensors  edited runs (fixtures whose spec has interventions)
 
 Then loads each HF folder once more through transformers' own from_pretrained and checks that it
@@ -193,7 +195,11 @@ def check_from_pretrained(spec: FixtureSpec, fixtures: Path, out: Path) -> bool:
     import transformers
 
     folder = fixtures / spec.name / "hf"
-    cls = transformers.Qwen3_5MoeForCausalLM if spec.top_level == "qwen3_5_moe_text" else transformers.Qwen3_5MoeForConditionalGeneration
+    cls = {
+        "qwen3_5_moe_text": transformers.Qwen3_5MoeForCausalLM,
+        "qwen3_5_moe": transformers.Qwen3_5MoeForConditionalGeneration,
+        "qwen3_5_text": transformers.Qwen3_5ForCausalLM,
+    }[spec.top_level]
     try:
         model, info = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
     except TypeError:  # versions before the dtype argument

@@ -1,6 +1,7 @@
 """The fixtures this generator makes: model configs, checkpoint layouts, prompts and edits.
 
-Each fixture is a tiny random model of the exact qwen3_5_moe text architecture. Sizes are chosen to
+Each fixture is a tiny random model of the exact text architecture of the Qwen3.5 family: qwen3_5_moe
+(t2, t3) or the dense qwen3_5 (t4). Sizes are chosen to
 exercise the shapes real checkpoints have (value heads = 2-4 x key heads, GQA groups > 1, partial RoPE,
 many experts) while keeping the committed files small.
 """
@@ -26,7 +27,7 @@ class MlxLayout:
 
 @dataclass(frozen=True)
 class Interventions:
-    """Edits replayed in transformers to check the interventions (semantics in README.md)."""
+    """Edits replayed in transformers (semantics in README.md)."""
 
     ablate_layer: int
     ablate_count: int  # how many of the layer's most used experts (on p0) to disable
@@ -44,7 +45,8 @@ class FixtureSpec:
     seed: int
     text_config: dict
     # "qwen3_5_moe": multimodal wrapper config with text_config, keys model.language_model.*;
-    # "qwen3_5_moe_text": text-only config, keys model.* (Qwen3_5MoeForCausalLM).
+    # "qwen3_5_moe_text": text-only config, keys model.* (Qwen3_5MoeForCausalLM);
+    # "qwen3_5_text": the dense model's text-only config, keys model.* (Qwen3_5ForCausalLM).
     top_level: str
     prompt_lengths: tuple[int, ...]
     greedy_steps: int = 24
@@ -69,8 +71,9 @@ def _text_config(**kw) -> dict:
     rotary = kw.pop("partial_rotary_factor")
     mrope = kw.pop("mrope_section")
     theta = kw.pop("rope_theta")
+    model_type = kw.pop("model_type", "qwen3_5_moe_text")
     cfg = {
-        "model_type": "qwen3_5_moe_text",
+        "model_type": model_type,
         **kw,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-06,
@@ -206,4 +209,37 @@ T3 = FixtureSpec(
     hf_extra_mtp=True,
 )
 
-FIXTURES = {s.name: s for s in (T2, T3)}
+# t4: the dense hybrid qwen3_5 (Qwen3_5ForCausalLM): a SwiGLU MLP of intermediate_size in every layer
+# instead of the experts. Text-only config and keys model.*, both layouts. Other sizes again: hidden 64,
+# 4 query / 1 KV heads (GQA group 4) of head_dim 32 (8 rotary dims), DeltaNet 2 key / 4 value heads of
+# dim 32, MLP width 192, vocab 512; prompts of 100, 2 and 1 tokens.
+T4 = FixtureSpec(
+    name="t4",
+    seed=4,
+    top_level="qwen3_5_text",
+    text_config=_text_config(
+        model_type="qwen3_5_text",
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_conv_kernel_dim=4,
+        partial_rotary_factor=0.25,
+        mrope_section=[2, 1, 1],
+        rope_theta=10000000.0,
+        bos_token_id=None,
+        eos_token_id=[511],
+    ),
+    extra_config={"architectures": ["Qwen3_5ForCausalLM"]},
+    prompt_lengths=(100, 2, 1),
+    mlx=MlxLayout(default=Quant(4, 32), overrides=(("lm_head", Quant(8, 32)),)),
+)
+
+FIXTURES = {s.name: s for s in (T2, T3, T4)}

@@ -1,5 +1,6 @@
 """Random weights for a spec, by canonical name (the parameter names of transformers'
-Qwen3_5MoeForCausalLM: model.*, lm_head.weight), as float32 masters before any storage rounding.
+Qwen3_5MoeForCausalLM or, for the dense qwen3_5, Qwen3_5ForCausalLM: model.*, lm_head.weight), as
+float32 masters before any storage rounding.
 
 Scales keep activations O(1) through the layers. Norm weights, A_log, dt_bias and the conv taps are
 random rather than their init values so that convention mistakes (1+w vs w, tap order, decay sign)
@@ -22,13 +23,15 @@ def is_zero_centred_norm(name: str) -> bool:
     return name == FINAL_NORM or name.endswith(ZERO_CENTRED_NORMS)
 
 
+def is_dense(cfg: dict) -> bool:
+    """The dense qwen3_5 (a SwiGLU MLP per layer) rather than qwen3_5_moe."""
+    return cfg["model_type"] == "qwen3_5_text"
+
+
 def shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     """Every parameter's canonical name and shape, in a fixed order."""
     H = cfg["hidden_size"]
     V = cfg["vocab_size"]
-    E = cfg["num_experts"]
-    I = cfg["moe_intermediate_size"]
-    Is = cfg["shared_expert_intermediate_size"]
     hd = cfg["head_dim"]
     nh = cfg["num_attention_heads"]
     nkv = cfg["num_key_value_heads"]
@@ -64,6 +67,15 @@ def shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
             raise ValueError(f"layer {i}: unknown layer type {kind}")
         out[p + "post_attention_layernorm.weight"] = (H,)
         m = p + "mlp."
+        if is_dense(cfg):
+            I = cfg["intermediate_size"]
+            out[m + "gate_proj.weight"] = (I, H)
+            out[m + "up_proj.weight"] = (I, H)
+            out[m + "down_proj.weight"] = (H, I)
+            continue
+        E = cfg["num_experts"]
+        I = cfg["moe_intermediate_size"]
+        Is = cfg["shared_expert_intermediate_size"]
         out[m + "gate.weight"] = (E, H)
         out[m + "experts.gate_up_proj"] = (E, 2 * I, H)
         out[m + "experts.down_proj"] = (E, H, I)
@@ -111,6 +123,6 @@ def mtp_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
         "mtp.pre_fc_norm_embedding.weight": (H,),
         "mtp.pre_fc_norm_hidden.weight": (H,),
         "mtp.layers.0.input_layernorm.weight": (H,),
-        "mtp.layers.0.mlp.gate.weight": (cfg["num_experts"], H),
+        "mtp.layers.0.mlp.gate.weight": (cfg.get("num_experts", 1), H),
         "mtp.norm.weight": (H,),
     }

@@ -16,7 +16,7 @@ ROUTER_SUFFIXES = ("mlp.gate", "mlp.shared_expert_gate")
 
 def hf_config(spec: FixtureSpec) -> dict:
     text = dict(spec.text_config)
-    if spec.top_level == "qwen3_5_moe_text":
+    if spec.top_level.endswith("_text"):
         extra = dict(spec.extra_config)
         return {"architectures": extra.pop("architectures"), **text, **extra}
     cfg: dict = {

@@ -1,6 +1,7 @@
 // Interventions: declarative edits the core applies inside the forward pass (on every backend), so the
 // computation itself changes, not a copy of it. Positions are absolute sequence positions; when left
-// out, an edit applies at every position of the call.
+// out, an edit applies at every position of the call. Router, shared-expert and state edits are the
+// core's own; steering and patching are presets over edits at hook points (lower.ts).
 import type { Tensor } from "../tensor";
 
 export type Intervention =
@@ -8,6 +9,8 @@ export type Intervention =
   | { type: "disable-experts"; layer: number; experts: number[]; positions?: number[] }
   /** These experts are always among the layer's top-k (weights from their unbiased probabilities). */
   | { type: "force-experts"; layer: number; experts: number[]; positions?: number[] }
+  /** Adds `biases[i]` to the router logit of `experts[i]` at `layer` (before the softmax and top-k). */
+  | { type: "bias-experts"; layer: number; experts: number[]; biases: number[]; positions?: number[] }
   /** Multiplies the gated shared expert's output by `scale` (0 disables it) at `layer`, or every layer. */
   | { type: "scale-shared-expert"; scale: number; layer?: number }
   /** Adds scale · vector to the residual stream after `layer`. */
@@ -23,6 +26,10 @@ export function disableExperts(layer: number, experts: number[], positions?: num
 
 export function forceExperts(layer: number, experts: number[], positions?: number[]): Intervention {
   return { type: "force-experts", layer, experts, positions };
+}
+
+export function biasExperts(layer: number, experts: number[], biases: number[], positions?: number[]): Intervention {
+  return { type: "bias-experts", layer, experts, biases, positions };
 }
 
 export function scaleSharedExpert(scale: number, layer?: number): Intervention {
