@@ -20,6 +20,19 @@ export {
   resetDeltaNetState,
 } from "./intervene/interventions";
 export type { LensTop } from "./lens";
+export {
+  type LogitsRow,
+  softmax,
+  logSoftmax,
+  logProb,
+  entropy,
+  entropies,
+  tokenNll,
+  nextTokenNll,
+  perplexity,
+  topTokens,
+  type TopToken,
+} from "./logits";
 export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC } from "./arrow";
 export { loadTokenizer, Tokenizer, type Encoding, type DecodeOptions, type AddedToken } from "./tokenizer/tokenizer";
 export { StreamDecoder } from "./tokenizer/stream-decoder";
