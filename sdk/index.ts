@@ -33,7 +33,18 @@ export {
   topTokens,
   type TopToken,
 } from "./logits";
-export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC } from "./arrow";
+export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC, fixedSizeListVector } from "./arrow";
+export {
+  traceCorpus,
+  CORPUS_CAPTURES,
+  type CorpusTraceOptions,
+  type CorpusProgress,
+  type CorpusTraceResult,
+  type Manifest as CorpusManifest,
+  type ShardEntry,
+  type ColumnEntry,
+  type CorpusCursor,
+} from "./corpus";
 export { loadTokenizer, Tokenizer, type Encoding, type DecodeOptions, type AddedToken } from "./tokenizer/tokenizer";
 export { StreamDecoder } from "./tokenizer/stream-decoder";
 export { ChatTemplate, loadChatTemplate, type ChatRenderOptions } from "./chat/template";
