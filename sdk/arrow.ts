@@ -3,7 +3,8 @@
 import * as fs from "node:fs";
 import { Field, FixedSizeList, Float32, Int32, makeData, makeVector, Table, tableFromArrays, tableToIPC, type Data, type DataType, type Vector } from "apache-arrow";
 
-export type ArrowColumns = Record<string, Int32Array | Float32Array | Float64Array | string[]>;
+/** Columns of equal length; string columns may hold null where a value is unknown. */
+export type ArrowColumns = Record<string, Int32Array | Float32Array | Float64Array | string[] | (string | null)[]>;
 
 /** Builds a Table from equal-length columns. */
 export function arrowTable(columns: ArrowColumns): Table {

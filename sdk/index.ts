@@ -9,6 +9,7 @@ export { DeltaNetTrace } from "./trace/deltanet";
 export { AttentionTrace, AttentionGateTrace } from "./trace/attention";
 export { residualToArrow } from "./trace/residual";
 export type { TokenSpan } from "./trace/span";
+export { concatResults } from "./trace/concat-results";
 export {
   type Intervention,
   disableExperts,

@@ -254,7 +254,8 @@ export class Session {
         attentionHeads: options.attention?.heads,
         interventions: [...this.persistent, ...(options.interventions ?? [])],
       });
-      const result = this.wrap(r, { ids, start }, options.attention);
+      const tokenizer = this.context.generation?.tokenizer;
+      const result = this.wrap(r, { ids, start, ...(tokenizer ? { tokenizer } : {}) }, options.attention);
       if (result.router) (this.load ??= new ExpertLoad(result.router.layers, result.router.experts, result.router.k)).add(result.router);
       return result;
     } finally {
