@@ -2,7 +2,7 @@
 // same tokens; generate() hands out per-token router traces that join the same way; every Arrow
 // export that knows its tokens carries their text.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AttentionTrace, concatResults, DeltaNetTrace, load, residualToArrow, RouterTrace, Tensor, type ForwardOptions, type ForwardResult, type Model } from "moelens";
+import { AttentionTrace, concatResults, DeltaNetTrace, load, residualToArrow, RouterTrace, Tensor, TokenStream, type ForwardOptions, type ForwardResult, type Model } from "moelens";
 
 let model: Model;
 let ids: number[];
@@ -82,6 +82,11 @@ describe("joining traces", () => {
     expect(s.position).toBe(all.length);
     const direct = await model.session().prefill(all, { capture: ["router"] });
     expect(Array.from(joined.ids.data)).toEqual(Array.from(direct.router!.ids.data));
+    // The chunks color a token stream as they are.
+    const stream = new TokenStream({ colorBy: "expert" });
+    for (const c of chunks) stream.push(c);
+    const html = String(stream.toMimeBundle()["text/html"]);
+    expect(html.match(/title="expert \d+"/g)?.length).toBe(steps.filter((c) => c.text !== "").length);
     // Without the capture option, chunks carry no traces.
     for await (const c of model.session().generate(prompt, { maxTokens: 2 })) expect(c.router ?? c.promptRouter).toBeUndefined();
   });
