@@ -48,7 +48,7 @@ describe("tokenEntropy", () => {
     const r = await model.session().prefill(ids, { logits: "all" });
     const fig = tokenEntropy(r);
     expect((fig.layout.xaxis as { ticktext: string[] }).ticktext[0]).toBe(" jury");
-    expect((fig.data[0] as { y: number[] }).y.every((h) => h >= 0 && h <= Math.log(model.config.vocabSize))).toBe(true);
+    expect((fig.data[0] as unknown as { y: number[] }).y.every((h) => h >= 0 && h <= Math.log(model.config.vocabSize))).toBe(true);
     model.tokenizer!.close();
   });
 });
@@ -56,7 +56,7 @@ describe("tokenEntropy", () => {
 describe("compareLogits and compareRouting", () => {
   it("compareLogits: grouped bars over both sides' top tokens, total variation in the title", () => {
     const fig = compareLogits([0, LN3, -Infinity, -Infinity], [LN3, 0, -Infinity, -Infinity], { top: 1, names: ["France", "Germany"], tokenizer: decoder });
-    const [a, b] = fig.data as { name: string; y: number[]; customdata: number[] }[];
+    const [a, b] = fig.data as unknown as { name: string; y: number[]; customdata: number[] }[];
     expect([a.name, b.name]).toEqual(["France", "Germany"]);
     expect(a.customdata).toEqual([0, 1]);
     expect(a.y).toEqual([0.25, 0.75]);
@@ -72,7 +72,7 @@ describe("compareLogits and compareRouting", () => {
     const A = routing([0, 0], 3);
     const B = routing([0, 2], 3);
     const fig = compareRouting(A, B, { names: ["prose", "code"] });
-    const heat = fig.data[0] as { z: number[][]; zmin: number; zmax: number; customdata: string[][] };
+    const heat = fig.data[0] as unknown as { z: number[][]; zmin: number; zmax: number; customdata: string[][] };
     expect(heat.z).toEqual([[-0.5, 0, 0.5]]);
     expect([heat.zmin, heat.zmax]).toEqual([-0.5, 0.5]);
     expect(heat.customdata[0][2]).toBe("prose: 0.000, code: 0.500");
