@@ -196,6 +196,19 @@ describe("moelens trace", () => {
       expect(tables.reduce((n, t) => n + t.numRows, 0)).toBe(r.manifest.tokens);
       const residual = tables[0].getChild("residual")!.get(0)!;
       expect([residual.length, residual.get(0).length]).toEqual([model.config.numLayers, model.config.hiddenSize]);
+      // The last row of the first shard holds the residual of a direct prefill at that token, in every layer.
+      const row = tables[0].numRows - 1;
+      const p = tables[0].getChild("prompt")!.get(row) as number;
+      const at = tables[0].getChild("position")!.get(row) as number;
+      const direct = await model.session().prefill(model.tokenizer!.encode(text(p)).slice(0, at + 1), { logits: "none", capture: ["residual"] });
+      const stored = tables[0].getChild("residual")!.get(row)!;
+      for (let l = 0; l < model.config.numLayers; l++) {
+        const want = direct.residual!.index(l).index(at).data;
+        const got = stored.get(l).toArray() as Float32Array;
+        let worst = 0;
+        for (let d = 0; d < want.length; d++) worst = Math.max(worst, Math.abs(got[d] - want[d]));
+        expect(worst, `layer ${l}`).toBeLessThan(1e-3);
+      }
     }
   }, 60_000);
 });
