@@ -141,7 +141,7 @@ describe("moelens trace", () => {
       const direct = ids.map((_, t) => Array.from({ length: model.config.numLayers }, (_, l) => r.router!.chosen(l, t).map((c) => c.expert)));
       expect(seen.get(p)!.experts, `prompt ${p}`).toEqual(direct);
     }
-  }, 90_000);
+  }, 180_000);
 
   it("refuses bad input with the file, line or option named", async () => {
     const bad = path.join(tmp, "bad.jsonl");
@@ -152,7 +152,8 @@ describe("moelens trace", () => {
       ['{"text": "ok"}\nnot json\n', [], 1, /bad\.jsonl:2: not JSON/],
       ['{"id": "a", "text": "x"}\n\n{"id": "a", "text": "y"}\n', [], 1, /bad\.jsonl:3: prompt id "a" is also on line 1/],
       ['{"ids": [1, 2], "text": "x"}\n', [], 1, /bad\.jsonl:1: give exactly one of "text"/],
-      ['{"ids": [1, 99999]}\n', [], 1, /token id 99999 is outside the vocabulary \[0, 8064\)/],
+      ['{"ids": [1, 99999]}\n', [], 1, /bad\.jsonl:1: token id 99999 is outside the vocabulary \[0, 8064\)/],
+      [`{"text": "ok"}\n${JSON.stringify({ text: "7 ".repeat(5000) })}\n`, [], 1, /bad\.jsonl:2: \d+ tokens, more than the model's context \(4096\)/],
       ["\n\n", [], 1, /bad\.jsonl: no prompts/],
       ['{"text": "ok"}\n', ["--capture", "router,experts"], 2, /--capture experts: unknown \(known: router, residual, residual-mid, deltanet, attention-gate\)/],
       ['{"text": "ok"}\n', ["--shard-tokens", "0"], 2, /--shard-tokens must be >= 1, got 0/],
@@ -176,7 +177,7 @@ describe("moelens trace", () => {
     const help = run(["--help"]);
     expect(help.status).toBe(0);
     expect(help.stdout).toContain("--shard-tokens");
-  }, 90_000);
+  }, 180_000);
 
   it("bounds memory by the shard size: buffered rows and shard rows stay at most the shard size as prompts grow", async () => {
     for (const words of [4, 60, 400]) {

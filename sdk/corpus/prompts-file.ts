@@ -57,8 +57,11 @@ function parseRecord(file: string, text: string, line: number, index: number): P
   return record;
 }
 
-/** Reads the whole file once: every record valid, ids unique; the count and the file's hash. */
-export async function checkPromptsFile(file: string): Promise<PromptsSummary> {
+/**
+ * Reads the whole file once: every record valid (and accepted by `check`, whose error message gets
+ * the file and line), ids unique; the count and the file's hash.
+ */
+export async function checkPromptsFile(file: string, check?: (record: PromptRecord) => void): Promise<PromptsSummary> {
   let stat;
   try {
     stat = fs.statSync(file);
@@ -72,6 +75,11 @@ export async function checkPromptsFile(file: string): Promise<PromptsSummary> {
   for await (const { text, line } of lines(file, hash)) {
     if (text.trim() === "") continue;
     const record = parseRecord(file, text, line, count++);
+    try {
+      check?.(record);
+    } catch (e) {
+      throw new Error(`${file}:${line}: ${(e as Error).message}`);
+    }
     const earlier = seen.get(record.id);
     if (earlier !== undefined) throw new Error(`${file}:${line}: prompt id "${record.id}" is also on line ${earlier}`);
     seen.set(record.id, line);

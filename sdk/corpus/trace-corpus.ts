@@ -93,7 +93,7 @@ export async function traceCorpus(model: Model, options: CorpusTraceOptions): Pr
   const layout = captureLayout(model.config, capture);
   const shardTokens = options.shardTokens ?? Math.max(1, Math.min(MAX_DEFAULT_SHARD_TOKENS, Math.floor(DEFAULT_SHARD_BYTES / layout.forwardBytesPerToken)));
   if (!Number.isInteger(shardTokens) || shardTokens < 1) throw new Error(`corpus trace: shardTokens must be a positive integer, got ${shardTokens}`);
-  const summary = await checkPromptsFile(options.prompts);
+  const summary = await checkPromptsFile(options.prompts, (record) => checkLength(record, model));
   const out = options.out;
   prepareOut(out, options.overwrite ?? false);
 
@@ -152,7 +152,6 @@ export async function traceCorpus(model: Model, options: CorpusTraceOptions): Pr
 
   const signal = options.signal;
   const session: Session = model.session();
-  const context = c.maxPositionEmbeddings;
   // The place just after the last traced token (buffered or in a shard).
   let done = { ...manifest.next };
   const stopped = () => {
@@ -163,7 +162,6 @@ export async function traceCorpus(model: Model, options: CorpusTraceOptions): Pr
   try {
     for await (const record of readPrompts(options.prompts, done.prompt)) {
       const ids = promptIds(record, model);
-      if (ids.length > context) throw new Error(`${options.prompts}:${record.line}: ${ids.length} tokens, more than the model's context (${context})`);
       const texts = tokenizer ? tokenTexts(tokenizer, ids) : undefined;
       session.reset();
       let position = done.position;
@@ -195,12 +193,20 @@ export async function traceCorpus(model: Model, options: CorpusTraceOptions): Pr
 }
 
 function promptIds(record: PromptRecord, model: Model): number[] {
+  return record.ids ?? model.tokenizer!.encode(record.text!);
+}
+
+// Up front, before anything runs: ids in the vocabulary, text only with a tokenizer, no prompt past
+// the context. NFC at most triples a text and a UTF-16 unit is at most 3 UTF-8 bytes, each at most
+// one byte-level token, so only texts of more than context / 9 units need to be tokenized to know.
+function checkLength(record: PromptRecord, model: Model): void {
+  const { vocabSize, maxPositionEmbeddings: context } = model.config;
   if (record.ids) {
-    const vocab = model.config.vocabSize;
-    const bad = record.ids.find((id) => id >= vocab);
-    if (bad !== undefined) throw new Error(`prompt ${record.id} (line ${record.line}): token id ${bad} is outside the vocabulary [0, ${vocab})`);
-    return record.ids;
+    const bad = record.ids.find((id) => id >= vocabSize);
+    if (bad !== undefined) throw new Error(`token id ${bad} is outside the vocabulary [0, ${vocabSize})`);
+  } else if (!model.tokenizer) {
+    throw new Error(`"text" needs a tokenizer, and ${model.dir} has no tokenizer.json; give "ids" instead`);
   }
-  if (!model.tokenizer) throw new Error(`prompt ${record.id} (line ${record.line}) is text, but ${model.dir} has no tokenizer.json; give "ids" instead`);
-  return model.tokenizer.encode(record.text!);
+  const tokens = record.ids?.length ?? (9 * record.text!.length <= context ? 0 : model.tokenizer!.encode(record.text!).length);
+  if (tokens > context) throw new Error(`${tokens} tokens, more than the model's context (${context})`);
 }
