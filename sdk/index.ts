@@ -15,6 +15,7 @@ export { ActivationCache } from "./hooks/activation-cache";
 export { CAPTURE_KINDS, type CaptureKind } from "./hooks/aliases";
 export { type HookEdit, type EditSelection, setAt, addAt, scaleAt, zeroAt, meanAblate } from "./hooks/edits";
 export type { Hook, HookFunction, HookContext } from "./hooks/hook-function";
+export { concatResults } from "./trace/concat-results";
 export {
   type Intervention,
   disableExperts,
@@ -27,7 +28,31 @@ export {
   resetDeltaNetState,
 } from "./intervene/interventions";
 export type { LensTop } from "./lens";
-export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC } from "./arrow";
+export {
+  type LogitsRow,
+  softmax,
+  logSoftmax,
+  logProb,
+  entropy,
+  entropies,
+  tokenNll,
+  nextTokenNll,
+  perplexity,
+  topTokens,
+  type TopToken,
+} from "./logits";
+export { arrowTable, writeArrowFile, writeArrowStream, toArrowIPC, fixedSizeListVector } from "./arrow";
+export {
+  traceCorpus,
+  CORPUS_CAPTURES,
+  type CorpusTraceOptions,
+  type CorpusProgress,
+  type CorpusTraceResult,
+  type Manifest as CorpusManifest,
+  type ShardEntry,
+  type ColumnEntry,
+  type CorpusCursor,
+} from "./corpus";
 export { loadTokenizer, Tokenizer, type Encoding, type DecodeOptions, type AddedToken } from "./tokenizer/tokenizer";
 export { StreamDecoder } from "./tokenizer/stream-decoder";
 export { ChatTemplate, loadChatTemplate, type ChatRenderOptions } from "./chat/template";
@@ -68,6 +93,11 @@ export {
   type AttentionMapOptions,
   logitLensTable,
   type LogitLensTableOptions,
+  tokenEntropy,
+  type TokenEntropyOptions,
+  compareLogits,
+  compareRouting,
+  type CompareOptions,
   tokenLabels,
   visibleToken,
   type TokenDecoder,

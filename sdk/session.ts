@@ -255,7 +255,8 @@ export class Session implements ForwardSession {
         hooks: hooks.map(([name]) => name),
         hookFunction: hooks.length ? hookDispatcher(hooks) : undefined,
       });
-      const result = this.wrap(r, { ids, start }, new Set(options.capture ?? []), options.attention);
+      const tokenizer = this.context.generation?.tokenizer;
+      const result = this.wrap(r, { ids, start, ...(tokenizer ? { tokenizer } : {}) }, new Set(options.capture ?? []), options.attention);
       if (result.router) (this.load ??= new ExpertLoad(result.router.layers, result.router.experts, result.router.k)).add(result.router);
       return result;
     } finally {

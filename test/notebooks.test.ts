@@ -11,7 +11,7 @@ import { JUPYTER, codeCells, joined, jupyterEnv, requireDebianJupyter, run, type
 
 const CHROMIUM = "/usr/bin/chromium";
 const NOTEBOOKS = path.resolve(__dirname, "..", "notebooks");
-const NAMES = ["01-quickstart", "02-expert-routing", "03-deltanet-memory", "04-interventions", "05-lesson-moe-and-deltanet", "07-hooks"];
+const NAMES = ["01-quickstart", "02-expert-routing", "03-deltanet-memory", "04-interventions", "05-lesson-moe-and-deltanet", "06-corpus-routing", "07-hooks"];
 const PLOTLY = "application/vnd.plotly.v1+json";
 const LIBRARY_MARK = "plotly.js v4.1.1";
 
@@ -191,6 +191,20 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(listing).toMatch(/^blocks\.0\.resid_post +\[n, \d+\]/m);
     const rolledBack = result(cells.find((c) => joined(c.source).includes('throw new Error("stop here")'))!);
     expect(plain(rolledBack)).toContain('rejected with "stop here"; the session is still at position 10');
+  }, 200_000);
+
+  test("06-corpus-routing: traces a corpus into shards and reads them back with Arrow JS", async () => {
+    const { cells } = await executedWell("06-corpus-routing");
+    const traced = plain(result(cells.find((c) => joined(c.source).includes("await traceCorpus("))!));
+    const [, done, count, tokens] = /traced (\d+)\/(\d+) prompts, (\d+) tokens, in \d+ shards/.exec(traced)!;
+    expect(done).toBe(count);
+    // every traced token read back from the shards, with its text
+    const read = plain(result(cells.find((c) => joined(c.source).includes("tableFromIPC("))!));
+    expect(read).toContain(`rows: ${tokens},`);
+    expect(read).toContain("'token_text: Utf8'");
+    expect(read).toMatch(/firstToken: \{ prompt_id: 'prose-0', token_text: 'The', layer0Experts: \[ \d+, \d+, \d+, \d+ \] \}/);
+    expect(figures(cells)).toHaveLength(2);
+    expect(plain(result(cells.find((c) => joined(c.source).includes("const candidates"))!))).toMatch(/'expert \d+ \((prose|code|arithmetic), [\d.]+\)': '"/);
   }, 200_000);
 });
 

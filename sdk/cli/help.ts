@@ -10,6 +10,9 @@ Usage:
   moelens info [options]                configuration, parameter count and memory of a model
   moelens serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]
                                         OpenAI-compatible HTTP server ("moelens serve --help" for more)
+  moelens trace --prompts FILE.jsonl --out DIR [--capture router,residual]
+                                        trace a corpus into Arrow shards, resumable
+                                        ("moelens trace --help" for more)
   moelens kernel install [--user | --sys-prefix | --prefix DIR]
   moelens kernel uninstall [--user | --sys-prefix | --prefix DIR]
                                         the Jupyter kernel ("moelens kernel --help" for more)

@@ -4,6 +4,7 @@ import { generateCommand } from "./commands/generate";
 import { infoCommand } from "./commands/info";
 import { kernelCommand } from "./commands/kernel";
 import { serveCommand } from "./commands/serve";
+import { traceCommand } from "./commands/trace";
 import { UsageError } from "./errors";
 import { helpText } from "./help";
 import { parseOptions } from "./options";
@@ -20,6 +21,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     if (command === "kernel") return await kernelCommand(rest);
     if (command === "serve") return await serveCommand(rest); // its own flags (--port, --api-key...)
+    if (command === "trace") return await traceCommand(rest); // its own flags (--prompts, --out...)
     if (command === undefined || command === "help" || command === "-h" || command === "--help") {
       process.stdout.write(helpText());
       return command === undefined ? 2 : 0;

@@ -6,6 +6,7 @@
 import { isChatMessages, type ChatMessage } from "../chat/message";
 import type { CaptureName, ForwardSession } from "../forward";
 import type { Tokenizer } from "../tokenizer/tokenizer";
+import type { RouterTrace } from "../trace/router";
 import type { GenerationConfig } from "./generation-config";
 import { Sampler, type SamplerOptions } from "./sampler";
 import { StopStrings } from "./stop-strings";
@@ -34,7 +35,10 @@ export interface GenerateOptions extends SamplerOptions {
   enableThinking?: boolean;
   /** Chat input only: tool descriptions for the template. */
   tools?: Record<string, unknown>[];
-  /** Traces to record in the prefill and every decode ("router" adds up in `session.expertLoad`). */
+  /**
+   * Traces to record in the prefill and every decode ("router" adds up in `session.expertLoad`, and
+   * puts each step's router trace on its chunk).
+   */
   capture?: CaptureName[];
 }
 
@@ -56,6 +60,13 @@ export interface GenerateChunk {
   text: string;
   /** Token ids sampled for this chunk (the last chunk carries the eos id, when that ended generation). */
   tokens: number[];
+  /**
+   * With capture: ["router"], the routing of this chunk's token when it was fed to the model (absent
+   * on a chunk that ends with an eos id, which is never fed).
+   */
+  router?: RouterTrace;
+  /** With capture: ["router"], on the first chunk: the routing of the prompt. */
+  promptRouter?: RouterTrace;
   /** Set on the last chunk only. */
   finishReason?: FinishReason;
   /** Set on the last chunk only. */
@@ -124,8 +135,17 @@ export async function* generate(
   const rest = () => stops.push(decoder.flush()).text + stops.flush();
 
   let logits: Float32Array;
+  // The prompt's routing rides on the first chunk.
+  let promptRouter: RouterTrace | undefined;
+  const first = (chunk: GenerateChunk): GenerateChunk => {
+    if (promptRouter) chunk.promptRouter = promptRouter;
+    promptRouter = undefined;
+    return chunk;
+  };
   try {
-    logits = (await session.prefill(prompt, { signal, capture })).logits.data;
+    const prefilled = await session.prefill(prompt, { signal, capture });
+    logits = prefilled.logits.data;
+    promptRouter = prefilled.router;
   } catch (e) {
     if (signal?.aborted) {
       prefillEnd = performance.now();
@@ -137,18 +157,20 @@ export async function* generate(
   prefillEnd = performance.now();
 
   for (;;) {
-    if (signal?.aborted) return yield finish("abort", rest());
-    if (generated.length >= maxTokens) return yield finish("length", rest());
+    if (signal?.aborted) return yield first(finish("abort", rest()));
+    if (generated.length >= maxTokens) return yield first(finish("length", rest()));
     const id = sampler.sample(logits, { prompt, generated });
     generated.push(id);
-    if (stopIds.has(id)) return yield finish("eos", rest(), [id]);
+    if (stopIds.has(id)) return yield first(finish("eos", rest(), [id]));
     const shown = stops.push(decoder.push(id));
     // Feed the token before yielding, so the session holds everything that was shown. The last
     // one allowed needs no logits.
     const last = shown.stopped || generated.length >= maxTokens;
-    logits = (await session.decode(id, { logits: last ? "none" : "last", capture })).logits.data;
-    if (shown.stopped) return yield finish("stop", shown.text, [id]);
-    yield { text: shown.text, tokens: [id] };
+    const step = await session.decode(id, { logits: last ? "none" : "last", capture });
+    logits = step.logits.data;
+    const router = step.router ? { router: step.router } : {};
+    if (shown.stopped) return yield first({ ...finish("stop", shown.text, [id]), ...router });
+    yield first({ text: shown.text, tokens: [id], ...router });
   }
 }
 

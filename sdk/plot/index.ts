@@ -9,5 +9,7 @@ export { routingConsistency, top1MutualInformation, type RoutingConsistencyOptio
 export { deltanetGates, stateNormCurves, type DeltaNetPlotOptions } from "./deltanet";
 export { attentionMap, type AttentionMapOptions } from "./attention";
 export { logitLensTable, type LogitLensTableOptions } from "./logit-lens";
+export { tokenEntropy, type TokenEntropyOptions } from "./token-entropy";
+export { compareLogits, compareRouting, type CompareOptions } from "./compare";
 export { tokenLabels, visibleToken, type TokenDecoder } from "./labels";
 export { expertColor, expertBackground, seriesColor } from "./colors";

@@ -2,8 +2,10 @@
 // the state is multiplied by before each write, and the norm of the state after the token.
 import type { Table } from "apache-arrow";
 import { arrowTable } from "../arrow";
+import type { TokenDecoder } from "../plot/labels";
 import type { Tensor } from "../tensor";
-import type { TokenSpan } from "./span";
+import { concatTokens } from "./concat";
+import { concatSpans, spanTexts, type TokenSpan } from "./span";
 
 export class DeltaNetTrace {
   constructor(
@@ -18,6 +20,13 @@ export class DeltaNetTrace {
     readonly span: TokenSpan,
   ) {}
 
+  /** One trace of consecutive calls (a prefill and its decode steps), tokens joined in order. */
+  static concat(traces: DeltaNetTrace[]): DeltaNetTrace {
+    const span = concatSpans(traces.map((t) => t.span), "DeltaNetTrace.concat");
+    const join = (pick: (t: DeltaNetTrace) => Tensor<Float32Array>) => concatTokens(traces.map(pick), 1, "DeltaNetTrace.concat");
+    return new DeltaNetTrace(traces[0].layers, join((t) => t.beta), join((t) => t.decay), join((t) => t.stateNorm), span);
+  }
+
   /** Index along the first axis of the model layer `layer`. */
   indexOf(layer: number): number {
     const i = this.layers.indexOf(layer);
@@ -25,10 +34,13 @@ export class DeltaNetTrace {
     return i;
   }
 
-  /** One row per (layer, position, head): beta, decay, state_norm. */
-  toArrow(): Table {
+  /** One row per (layer, position, head): token, token_text (when known), beta, decay, state_norm. */
+  toArrow(options: { tokenizer?: TokenDecoder } = {}): Table {
+    const texts = spanTexts(this.span, options.tokenizer);
     const [L, T, Hv] = this.beta.shape;
     const n = L * T * Hv;
+    const token = new Int32Array(n);
+    const tokenText: string[] = [];
     const layer = new Int32Array(n);
     const position = new Int32Array(n);
     const head = new Int32Array(n);
@@ -36,10 +48,12 @@ export class DeltaNetTrace {
     for (let l = 0; l < L; l++)
       for (let t = 0; t < T; t++)
         for (let h = 0; h < Hv; h++, i++) {
+          token[i] = this.span.ids[t];
+          if (texts) tokenText.push(texts[t]);
           layer[i] = this.layers[l];
           position[i] = this.span.start + t;
           head[i] = h;
         }
-    return arrowTable({ layer, position, head, beta: this.beta.data, decay: this.decay.data, state_norm: this.stateNorm.data });
+    return arrowTable({ token, ...(texts ? { token_text: tokenText } : {}), layer, position, head, beta: this.beta.data, decay: this.decay.data, state_norm: this.stateNorm.data });
   }
 }

@@ -3,8 +3,10 @@
 import type { Table } from "apache-arrow";
 import { arrowTable } from "../arrow";
 import { viewMimeBundle } from "../display/views";
+import type { TokenDecoder } from "../plot/labels";
 import { Tensor } from "../tensor";
-import type { TokenSpan } from "./span";
+import { concatTokens } from "./concat";
+import { concatSpans, spanTexts, type TokenSpan } from "./span";
 
 export class RouterTrace {
   constructor(
@@ -20,6 +22,16 @@ export class RouterTrace {
     readonly sharedGate: Tensor<Float32Array>,
     readonly span: TokenSpan,
   ) {}
+
+  /**
+   * One trace of consecutive calls (a prefill and the decode steps after it): tokens joined in order;
+   * each trace must start where the one before it ended.
+   */
+  static concat(traces: RouterTrace[]): RouterTrace {
+    const span = concatSpans(traces.map((t) => t.span), "RouterTrace.concat");
+    const join = <D extends Int32Array | Float32Array>(pick: (t: RouterTrace) => Tensor<D>) => concatTokens(traces.map(pick), 1, "RouterTrace.concat");
+    return new RouterTrace(join((t) => t.ids), join((t) => t.weights), join((t) => t.logits), join((t) => t.probs), join((t) => t.sharedGate), span);
+  }
 
   get layers(): number {
     return this.ids.shape[0];
@@ -46,8 +58,12 @@ export class RouterTrace {
     return viewMimeBundle(this);
   }
 
-  /** Long form: one row per (layer, position, slot) with token, position, layer, slot, expert, weight. */
-  toArrow(): Table {
+  /**
+   * Long form: one row per (layer, position, slot) with token, token_text (when the tokenizer is
+   * known), position, layer, slot, expert, weight.
+   */
+  toArrow(options: { tokenizer?: TokenDecoder } = {}): Table {
+    const texts = spanTexts(this.span, options.tokenizer);
     const [L, T, K] = this.ids.shape;
     const n = L * T * K;
     const token = new Int32Array(n);
@@ -56,11 +72,13 @@ export class RouterTrace {
     const slot = new Int32Array(n);
     const expert = new Int32Array(n);
     const weight = new Float32Array(n);
+    const tokenText: string[] = [];
     let i = 0;
     for (let l = 0; l < L; l++) {
       for (let t = 0; t < T; t++) {
         for (let s = 0; s < K; s++, i++) {
           token[i] = this.span.ids[t];
+          if (texts) tokenText.push(texts[t]);
           position[i] = this.span.start + t;
           layer[i] = l;
           slot[i] = s;
@@ -69,13 +87,16 @@ export class RouterTrace {
         }
       }
     }
-    return arrowTable({ token, position, layer, slot, expert, weight });
+    return arrowTable({ token, ...(texts ? { token_text: tokenText } : {}), position, layer, slot, expert, weight });
   }
 
-  /** Long form of the full distribution: one row per (layer, position, expert) with logit and probability. */
-  probsToArrow(): Table {
+  /** Long form of the full distribution: one row per (layer, position, expert) with token, token_text, logit and probability. */
+  probsToArrow(options: { tokenizer?: TokenDecoder } = {}): Table {
+    const texts = spanTexts(this.span, options.tokenizer);
     const [L, T, E] = this.probs.shape;
     const n = L * T * E;
+    const token = new Int32Array(n);
+    const tokenText: string[] = [];
     const position = new Int32Array(n);
     const layer = new Int32Array(n);
     const expert = new Int32Array(n);
@@ -83,10 +104,12 @@ export class RouterTrace {
     for (let l = 0; l < L; l++)
       for (let t = 0; t < T; t++)
         for (let e = 0; e < E; e++, i++) {
+          token[i] = this.span.ids[t];
+          if (texts) tokenText.push(texts[t]);
           position[i] = this.span.start + t;
           layer[i] = l;
           expert[i] = e;
         }
-    return arrowTable({ position, layer, expert, logit: this.logits.data, prob: this.probs.data });
+    return arrowTable({ token, ...(texts ? { token_text: tokenText } : {}), position, layer, expert, logit: this.logits.data, prob: this.probs.data });
   }
 }
