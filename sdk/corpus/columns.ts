@@ -1,7 +1,7 @@
 // What each capture adds to a corpus shard: one column per captured value, one row per token, each
 // cell a nested fixed-size list over the value's per-token dimensions (e.g. router_experts: layers × k).
 import type { ModelConfig } from "../config";
-import type { CaptureName, ForwardResult } from "../session";
+import type { CaptureName, ForwardResult } from "../forward";
 import type { Tensor } from "../tensor";
 
 /** Captures a corpus trace can record (the names of ForwardOptions.capture). */

@@ -2,7 +2,7 @@
 // the captured values. Preallocated for the shard's capacity, so memory is bounded by the shard size.
 import { Table, vectorFromArray, Utf8, makeVector } from "apache-arrow";
 import { fixedSizeListVector } from "../arrow";
-import type { ForwardResult } from "../session";
+import type { ForwardResult } from "../forward";
 import type { CaptureColumn } from "./columns";
 import type { PromptRecord } from "./prompts-file";
 

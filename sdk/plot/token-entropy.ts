@@ -5,7 +5,8 @@ import { logSumExp } from "../logits/rows";
 import type { Tensor } from "../tensor";
 import type { TokenSpan } from "../trace/span";
 import { seriesColor } from "./colors";
-import { Figure, type PlotlyTrace } from "./figure";
+import { Figure } from "./figure";
+import type { PlotlyTrace } from "./figure-spec";
 import { compact, tokenAxis, visibleToken, type TokenDecoder } from "./labels";
 
 export interface TokenEntropyOptions {
