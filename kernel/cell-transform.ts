@@ -28,6 +28,8 @@ export interface CellContext {
   require: NodeRequire;
   /** `import x from "m"` with esModuleInterop semantics. */
   importDefault(module: unknown): unknown;
+  /** `import(specifier)` in a cell: the same modules as `require`, resolved from the notebook's folder. */
+  importModule(specifier: string, options?: ImportCallOptions): Promise<unknown>;
 }
 
 export interface CompiledCell {
@@ -201,6 +203,15 @@ export function compileCell(source: string, fileName: string): CompiledCell {
     edits.insert(e.getStart(jsFile), "return (");
     edits.insert(e.end, ")");
   }
+
+  // `import(...)` anywhere in the cell goes through the kernel: vm scripts have no loader of their own.
+  const visit = (node: ts.Node): void => {
+    if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      edits.replace(node.expression, `${CONTEXT_PARAM}.importModule`);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(jsFile); // after the `return (` insert, which must come first at a shared offset
 
   const context = `globalThis[Symbol.for("moelens.cell")]`;
   const prefix =
