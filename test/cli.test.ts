@@ -1,6 +1,6 @@
 // The real `moelens` binary (bin/moelens.js over dist/), spawned as users run it, on the t1 fixture
 // with the t1-tokenizer. Outputs are compared with the SDK's.
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -8,19 +8,12 @@ import { embeddedModelDir, load, type Model } from "moelens";
 import { countParameters } from "../sdk/cli/parameters";
 import { native } from "../sdk/native";
 import { makeTextModelDir } from "./fixtures/t1-tokenizer/model-dir";
+import { ensureBuiltDist } from "./helpers/built-dist";
 
 const root = path.resolve(__dirname, "..");
 const bin = path.join(root, "bin", "moelens.js");
 const fixture = makeTextModelDir();
 let model: Model;
-
-function newestSource(dir: string): number {
-  let newest = 0;
-  for (const e of fs.readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    if (e.isFile() && e.name.endsWith(".ts")) newest = Math.max(newest, fs.statSync(path.join(e.parentPath, e.name)).mtimeMs);
-  }
-  return newest;
-}
 
 function moelens(args: string[], input?: string) {
   const r = spawnSync(process.execPath, [bin, ...args], { cwd: root, input, encoding: "utf8", timeout: 60_000 });
@@ -30,10 +23,7 @@ function moelens(args: string[], input?: string) {
 const modelFlags = () => ["--model", fixture.dir, "--threads", "1"];
 
 beforeAll(async () => {
-  // The binary runs dist/; rebuild it when the sources are newer (CI builds it in `npm install`).
-  const built = path.join(root, "dist", "sdk", "cli", "main.js");
-  const stale = !fs.existsSync(built) || fs.statSync(built).mtimeMs < Math.max(newestSource(path.join(root, "sdk")), newestSource(path.join(root, "kernel")));
-  if (stale) execFileSync(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"], { cwd: root });
+  ensureBuiltDist(root); // the binary runs dist/
   model = await load(fixture.dir, { threads: 1 });
 }, 180_000);
 afterAll(() => {
