@@ -1,7 +1,9 @@
 // Runs compiled cells in the kernel's own global context (so SDK objects, typed arrays and
 // `instanceof` behave as in any Node program) and lets an interrupt abandon the running cell.
-import { createRequire } from "node:module";
+import { createRequire, isBuiltin, Module } from "node:module";
 import * as path from "node:path";
+import { pathToFileURL } from "node:url";
+import * as util from "node:util";
 import * as vm from "node:vm";
 import { CELL_CONTEXT, type CellContext, type CompiledCell } from "./cell-transform";
 
@@ -19,14 +21,36 @@ function importDefault(module: unknown): unknown {
   return m && m.__esModule ? m.default : module;
 }
 
+// Node's own `import()`. TypeScript turns `import()` into `require` in this CommonJS build, and code
+// made by `new Function` or `vm` has no module loader; a module compiled by Node's loader has one.
+const hostImport = (() => {
+  const m = new Module(__filename) as Module & { _compile(code: string, filename: string): void };
+  m._compile("module.exports = (specifier, options) => import(specifier, options);", __filename);
+  return m.exports as (specifier: string, options?: ImportCallOptions) => Promise<unknown>;
+})();
+
+// require() cannot load these; import() can (an ES module with top-level await, or one whose
+// package exports it to `import` only).
+const NEEDS_IMPORT = new Set(["ERR_REQUIRE_ESM", "ERR_REQUIRE_ASYNC_MODULE", "ERR_PACKAGE_PATH_NOT_EXPORTED"]);
+
+// import() of a CommonJS module as Node gives it: the exports as `default`, and each export by name.
+function namespaceOf(exports: unknown): unknown {
+  if (util.types.isModuleNamespaceObject(exports)) return exports; // require() of an ES module
+  const names = typeof exports === "object" || typeof exports === "function" ? Object.keys(exports as object) : [];
+  const namespace: Record<string, unknown> = Object.create(null);
+  for (const name of names) namespace[name] = (exports as Record<string, unknown>)[name];
+  namespace.default = exports;
+  return Object.freeze(namespace);
+}
+
 export class CellRunner {
   private readonly cells = new Map<string, CompiledCell>();
   private abandon: ((error: Error) => void) | undefined;
 
-  /** `sdkEntry`: the module "moelens" means in cells; other modules resolve from `cwd`. */
-  constructor(cwd: string, sdkEntry: string) {
+  /** `modules`: what those names mean in cells (KERNEL_MODULES); other modules resolve from `cwd`. */
+  constructor(cwd: string, modules: Readonly<Record<string, string>>) {
     const base = createRequire(path.join(cwd, "__moelens_cell__.js"));
-    const target = (id: string) => (id === "moelens" ? sdkEntry : id);
+    const target = (id: string) => modules[id] ?? id;
     const cellRequire = Object.assign((id: string) => base(target(id)), {
       resolve: Object.assign((id: string, options?: { paths?: string[] }) => base.resolve(target(id), options), {
         paths: base.resolve.paths,
@@ -35,7 +59,20 @@ export class CellRunner {
       extensions: base.extensions,
       main: base.main,
     }) as NodeRequire;
-    const context: CellContext = { g: globalThis, require: cellRequire, importDefault };
+    // `import()` in a cell: as `require` (the same module instances as static imports), else
+    // Node's own import() with the specifier resolved from the notebook's folder.
+    const importModule = async (specifier: string, options?: ImportCallOptions): Promise<unknown> => {
+      if (!/^[a-z][a-z0-9+.-]*:/i.test(specifier) || specifier.startsWith("node:")) {
+        try {
+          return namespaceOf(cellRequire(specifier));
+        } catch (e) {
+          if (!NEEDS_IMPORT.has((e as { code?: string }).code ?? "")) throw e;
+        }
+      }
+      const url = isBuiltin(specifier) ? specifier : await resolveFrom(cwd, specifier);
+      return hostImport(url, options);
+    };
+    const context: CellContext = { g: globalThis, require: cellRequire, importDefault, importModule };
     (globalThis as Record<symbol, unknown>)[CELL_CONTEXT] = context;
   }
 
@@ -53,7 +90,6 @@ export class CellRunner {
       running = vm.runInThisContext(cell.script, {
         filename: cell.fileName,
         breakOnSigint: true,
-        importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
       }) as Promise<unknown>;
     } catch (e) {
       if ((e as { code?: string }).code === "ERR_SCRIPT_EXECUTION_INTERRUPTED") throw new KernelInterrupt();
@@ -75,4 +111,11 @@ export class CellRunner {
     this.abandon(new KernelInterrupt());
     return true;
   }
+}
+
+// Node's ES module resolution from the notebook's folder (import-meta-resolve, an ES module itself).
+let esmResolve: ((specifier: string, parent: string) => string) | undefined;
+async function resolveFrom(cwd: string, specifier: string): Promise<string> {
+  esmResolve ??= ((await hostImport(pathToFileURL(require.resolve("import-meta-resolve")).href)) as typeof import("import-meta-resolve")).resolve;
+  return esmResolve(specifier, pathToFileURL(path.join(cwd, "/")).href);
 }

@@ -28,6 +28,8 @@ export interface CellContext {
   require: NodeRequire;
   /** `import x from "m"` with esModuleInterop semantics. */
   importDefault(module: unknown): unknown;
+  /** `import(specifier)` in a cell: the same modules as `require`, resolved from the notebook's folder. */
+  importModule(specifier: string, options?: ImportCallOptions): Promise<unknown>;
 }
 
 export interface CompiledCell {
@@ -236,6 +238,17 @@ class TopLevelRewriter {
   }
 }
 
+/** `import(...)` anywhere in the cell goes through the kernel: vm scripts have no loader of their own. */
+function routeDynamicImports(jsFile: ts.SourceFile, edits: EditList): void {
+  const visit = (node: ts.Node): void => {
+    if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      edits.replace(node.expression, `${CONTEXT_PARAM}.importModule`);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(jsFile);
+}
+
 /** Wraps the script in the async function that receives the cell context, after the shared `var`s. */
 function wrapInAsyncFunction(js: string, edits: EditList, hoisted: Set<string>, functions: string[]): void {
   const context = `globalThis[Symbol.for("moelens.cell")]`;
@@ -286,6 +299,7 @@ export function compileCell(source: string, fileName: string): CompiledCell {
     edits.insert(e.getStart(jsFile), "return (");
     edits.insert(e.end, ")");
   }
+  routeDynamicImports(jsFile, edits); // after the `return (` insert, which must come first at a shared offset
   wrapInAsyncFunction(js, edits, rewriter.hoisted, rewriter.functions);
   const { script, applied } = applyEdits(js, edits.edits);
 

@@ -80,7 +80,7 @@ export async function kernelCommand(args: string[]): Promise<number> {
       case "--help":
       case "help":
         process.stdout.write(KERNEL_USAGE);
-        return command === undefined ? 1 : 0;
+        return command === undefined ? 2 : 0;
       case "install": {
         const options = parseInstallArgs(rest);
         console.log(`installed the kernelspec in ${installKernel(options)}`);

@@ -11,6 +11,7 @@ import * as vm from "node:vm";
 import * as ts from "typescript";
 import { CELL_GLOBALS } from "./cell-api";
 import { CellRunner, KernelInterrupt } from "./cell-runner";
+import { KERNEL_MODULES } from "./kernel-modules";
 import { CellSyntaxError, compileCell, type CompiledCell } from "./cell-transform";
 import { isComplete, type Completeness } from "./is-complete";
 import { formatDiagnostics, reportDiagnostics, reportError, type ErrorReport } from "./traceback";
@@ -34,8 +35,6 @@ export interface ExecutorOptions {
 
 export type Outcome = { status: "ok"; value: unknown; hasValue: boolean } | { status: "error"; report: ErrorReport };
 
-// "moelens" in cells is this package: ../sdk/index next to this file (sources, or dist/ when built).
-const SDK_ENTRY = path.join(__dirname, "..", "sdk", "index");
 const CELL_API = path.join(__dirname, "cell-api");
 
 export class Executor {
@@ -46,14 +45,14 @@ export class Executor {
   private interruptedWhilePreparing = false;
 
   constructor(private readonly options: ExecutorOptions) {
-    this.runner = new CellRunner(options.cwd, SDK_ENTRY);
+    this.runner = new CellRunner(options.cwd, KERNEL_MODULES);
     Object.assign(globalThis, CELL_GLOBALS);
   }
 
   private typeChecker(): CellTypeChecker {
     this.checker ??= new CellTypeChecker({
       cwd: this.options.cwd,
-      sdkEntry: SDK_ENTRY,
+      modules: KERNEL_MODULES,
       globals: Object.fromEntries(
         Object.keys(CELL_GLOBALS).map((name) => [name, `declare const ${name}: typeof import(${JSON.stringify(CELL_API)}).${name};`]),
       ),

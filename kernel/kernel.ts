@@ -7,6 +7,7 @@ import * as zmq from "zeromq";
 import { packageRoot } from "../sdk/native";
 import { installBridge, type DisplayOptions } from "./bridge";
 import { endpoint, type ConnectionInfo } from "./connection";
+import { refuseProcessExit } from "./exit-guard";
 import { Executor, type TypeCheckMode } from "./executor";
 import { Heartbeat } from "./heartbeat";
 import { History } from "./history";
@@ -51,6 +52,7 @@ export class Kernel {
   /** The request whose cell is running (or ran last): stray output is attributed to it. */
   private outputParent: Message | undefined;
   private closing: Promise<void> | undefined;
+  private restoreProcessExit: (() => void) | undefined;
   private closedResolve!: () => void;
   /** Resolves when the kernel has shut down. */
   readonly closed = new Promise<void>((resolve) => (this.closedResolve = resolve));
@@ -118,6 +120,7 @@ export class Kernel {
 
   private serve(): void {
     this.captureOutput();
+    this.restoreProcessExit = refuseProcessExit();
     installBridge({
       display: (value, options) => this.display(value, options),
       updateDisplay: (value, options) => this.updateDisplay(value, options),
@@ -365,6 +368,7 @@ export class Kernel {
       await Promise.race([drained, new Promise((r) => setTimeout(r, 1000))]);
       for (const socket of Object.values(this.sockets)) socket.close();
       this.heartbeat.closeSync();
+      this.restoreProcessExit?.();
       this.closedResolve();
     })();
     return this.closing;

@@ -12,8 +12,8 @@ import { CellScope, declaredNames } from "./cell-scope";
 export interface TypeCheckerOptions {
   /** The notebook's folder: relative imports and node_modules resolve from here. */
   cwd: string;
-  /** What `import ... from "moelens"` means (a path without extension: .ts sources or .d.ts). */
-  sdkEntry: string;
+  /** Modules the kernel provides, by name (KERNEL_MODULES: paths without extension, .ts sources or .d.ts). */
+  modules: Readonly<Record<string, string>>;
   /** Ambient declarations every cell sees unless it redeclares the name (the cell globals). */
   globals: Record<string, string>;
 }
@@ -44,7 +44,7 @@ function typeRoots(cwd: string, sdkEntry: string): string[] {
 }
 
 function compilerOptions(options: TypeCheckerOptions): ts.CompilerOptions {
-  const roots = typeRoots(options.cwd, options.sdkEntry);
+  const roots = typeRoots(options.cwd, options.modules.moelens);
   return {
     target: ts.ScriptTarget.ES2022,
     module: ts.ModuleKind.ESNext,
@@ -62,7 +62,7 @@ function compilerOptions(options: TypeCheckerOptions): ts.CompilerOptions {
     declaration: true,
     typeRoots: roots,
     types: roots.some((r) => fs.existsSync(path.join(r, "node"))) ? ["node"] : [],
-    paths: { moelens: [options.sdkEntry] },
+    paths: Object.fromEntries(Object.entries(options.modules).map(([name, entry]) => [name, [entry]])),
   };
 }
 

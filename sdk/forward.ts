@@ -64,6 +64,8 @@ export interface ForwardResult {
 /** The forward calls of a session: what generation drives. */
 export interface ForwardSession {
   readonly config: ModelConfig;
+  /** Tokens the session holds (the position of the next token). */
+  readonly position: number;
   prefill(ids: ArrayLike<number>, options?: ForwardOptions): Promise<ForwardResult>;
   decode(tokenId: number, options?: ForwardOptions): Promise<ForwardResult>;
 }

@@ -1,25 +1,19 @@
 // The real `moelens` binary (bin/moelens.js over dist/), spawned as users run it, on the t1 fixture
 // with the t1-tokenizer. Outputs are compared with the SDK's.
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { embeddedModelDir, load, type Model } from "moelens";
 import { countParameters } from "../sdk/cli/parameters";
+import { native } from "../sdk/native";
 import { makeTextModelDir } from "./fixtures/t1-tokenizer/model-dir";
+import { ensureBuiltDist } from "./helpers/built-dist";
 
 const root = path.resolve(__dirname, "..");
 const bin = path.join(root, "bin", "moelens.js");
 const fixture = makeTextModelDir();
 let model: Model;
-
-function newestSource(dir: string): number {
-  let newest = 0;
-  for (const e of fs.readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    if (e.isFile() && e.name.endsWith(".ts")) newest = Math.max(newest, fs.statSync(path.join(e.parentPath, e.name)).mtimeMs);
-  }
-  return newest;
-}
 
 function moelens(args: string[], input?: string) {
   const r = spawnSync(process.execPath, [bin, ...args], { cwd: root, input, encoding: "utf8", timeout: 60_000 });
@@ -29,10 +23,7 @@ function moelens(args: string[], input?: string) {
 const modelFlags = () => ["--model", fixture.dir, "--threads", "1"];
 
 beforeAll(async () => {
-  // The binary runs dist/; rebuild it when the sources are newer (CI builds it in `npm install`).
-  const built = path.join(root, "dist", "sdk", "cli", "main.js");
-  const stale = !fs.existsSync(built) || fs.statSync(built).mtimeMs < Math.max(newestSource(path.join(root, "sdk")), newestSource(path.join(root, "kernel")));
-  if (stale) execFileSync(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.build.json"], { cwd: root });
+  ensureBuiltDist(root); // the binary runs dist/
   model = await load(fixture.dir, { threads: 1 });
 }, 180_000);
 afterAll(() => {
@@ -67,24 +58,68 @@ describe("moelens CLI", () => {
     expect(bare.stdout).toBe(r.stdout);
   });
 
-  it("rejects unknown commands, flags and bad values with exit status 2", () => {
-    const cases: [string[], RegExp][] = [
-      [["frobnicate"], /unknown command 'frobnicate'/],
-      [["generate", "--nope", "x"], /--nope/],
-      [["generate", "--top-k", "1.5", "x"], /--top-k needs an integer, got '1\.5'/],
-      [["generate", "--temperature=-1", "x"], /--temperature must be >= 0/],
-      [["generate", "--temperature", "-1", "x"], /'--temperature' argument is ambiguous/],
-      [["generate", ...modelFlags(), "--backend", "warp", "x"], /--backend warp: unknown \(available: cpu/],
-      [["generate", ...modelFlags(), "--precision", "int4", "x"], /--precision must be fp32, int24, int16, int8; got 'int4'/],
-      [["generate", "--model", "/nonexistent", "x"], /--model \/nonexistent: no such folder/],
-      [["chat", ...modelFlags(), "stray"], /chat takes no arguments/],
+  it("rejects unknown commands, flags and bad values up front: one message style, exit status 2", () => {
+    const hasMetal = (native().backends() as string[]).includes("metal");
+    const cases: [string[], string][] = [
+      [["frobnicate"], "unknown command 'frobnicate'"],
+      [["generate", "--nope", "x"], "--nope: unknown option"],
+      [["generate", "--seed"], "--seed: needs a value"],
+      [["generate", "--chat=yes", "x"], "--chat: takes no value"],
+      [["generate", "--top-k", "1.5", "x"], "--top-k 1.5: must be an integer >= 0"],
+      [["generate", "--top-k", "-2", "x"], "--top-k -2: must be an integer >= 0"],
+      [["generate", "--temperature=-1", "x"], "--temperature -1: must be a number >= 0"],
+      [["generate", "--temperature", "-1", "x"], "--temperature -1: must be a number >= 0"],
+      [["generate", "--temperature", "hot", "x"], "--temperature hot: must be a number >= 0"],
+      [["generate", "--top-p", "1.5", "x"], "--top-p 1.5: must be a number in (0, 1]"],
+      [["generate", "--top-p", "0", "x"], "--top-p 0: must be a number in (0, 1]"],
+      [["generate", "--min-p", "2", "x"], "--min-p 2: must be a number in [0, 1]"],
+      [["generate", "--repetition-penalty", "0", "x"], "--repetition-penalty 0: must be a number > 0"],
+      [["generate", "--presence-penalty", "much", "x"], "--presence-penalty much: must be a number"],
+      [["generate", "--frequency-penalty", "", "x"], "--frequency-penalty : must be a number"],
+      [["generate", "--seed", "1.5", "x"], "--seed 1.5: must be an integer"],
+      [["generate", "--max-tokens", "-1", "x"], "--max-tokens -1: must be an integer >= 0"],
+      [["generate", "--threads", "0", "x"], "--threads 0: must be an integer >= 1"],
+      [["generate", "--think", "--no-think", "x"], "--think and --no-think exclude each other"],
+      [["generate", "--emulator", "x"], "--emulator: goes with --backend metal"],
+      [["generate", ...modelFlags(), "--backend", "warp", "x"], `--backend warp: unknown (available: ${native().backends().join(", ")})`],
+      [["generate", ...modelFlags(), "--precision", "int4", "x"], "--precision int4: must be one of fp32, int24, int16, int8"],
+      [["generate", "--model", "/nonexistent", "x"], "--model /nonexistent: no such folder"],
+      [["generate", ...modelFlags(), "--max-tokens", "4093", "The jury said"], "--max-tokens 4093: the model's context holds 4096 tokens and the prompt takes 4, so at most 4092"],
+      [["chat", ...modelFlags(), "stray"], "chat takes no arguments; type the messages at its prompt"],
+      [["serve", "--port", "-1"], "--port -1: must be an integer in [0, 65535]"],
+      [["serve", "--max-body-mib", "0"], "--max-body-mib 0: must be a number > 0"],
+      [["serve", "stray"], "unexpected argument stray"],
     ];
+    if (hasMetal && process.platform !== "darwin") {
+      cases.push([
+        ["generate", ...modelFlags(), "--backend", "metal", "x"],
+        `--backend metal: Metal needs macOS; on ${process.platform} this build runs the Metal kernels on its CPU emulator, ` +
+          "a test harness far slower than --backend cpu (add --emulator to run it anyway)",
+      ]);
+    }
     for (const [args, message] of cases) {
       const r = moelens(args);
       expect(r.status, args.join(" ")).toBe(2);
-      expect(r.stderr).toMatch(message);
-      expect(r.stderr).toContain("moelens --help");
+      expect(r.stderr, args.join(" ")).toBe(`moelens: ${message}\nRun \`moelens --help\` for the options.\n`);
+      expect(r.stdout, args.join(" ")).toBe("");
     }
+  });
+
+  it("takes negative numbers as values, and every generation flag as the SDK option of the same name", async () => {
+    const r = moelens(["generate", ...modelFlags(), "--temperature", "0", "--presence-penalty", "-2", "--frequency-penalty", "-1", "--seed", "-3", "--max-tokens", "8", "The jury said"]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toBe(await sdkText("The jury said", { temperature: 0, presencePenalty: -2, frequencyPenalty: -1, seed: -3, maxTokens: 8 }));
+    const help = moelens(["--help"]).stdout;
+    for (const option of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "presencePenalty", "frequencyPenalty", "seed", "stop", "skipSpecialTokens"]) {
+      expect(help).toContain(`  --${option.replace(/[A-Z]/g, (c) => "-" + c.toLowerCase())} `);
+    }
+  });
+
+  it("--backend metal runs off macOS when the emulator is asked for", () => {
+    if (!(native().backends() as string[]).includes("metal") || process.platform === "darwin") return;
+    const r = moelens(["info", ...modelFlags(), "--backend", "metal", "--emulator", "--json"]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).backend).toBe("metal");
   });
 
   it("defaults to the embedded model, with a clear error while it is missing", () => {
@@ -102,6 +137,16 @@ describe("moelens CLI", () => {
     expect(r.status).toBe(0);
     expect(r.stdout).toBe(await sdkText("The jury said", { temperature: 0, maxTokens: 10 }));
     expect(r.stderr).toMatch(/^prefill 4 tokens in \d+ ms, [\d.]+ tok\/s; decode \d+ tokens in \d+ ms, [\d.]+ tok\/s; finish: (length|eos)\n$/);
+  });
+
+  it("the speed line stands on its own line when stdout and stderr share a pipe", async () => {
+    const text = await sdkText("The jury said", { temperature: 0, maxTokens: 6 });
+    expect(text.endsWith("\n")).toBe(false);
+    const args = [bin, "generate", ...modelFlags(), "--temperature", "0", "--max-tokens", "6", "The jury said"];
+    const r = spawnSync("sh", ["-c", `"$0" "$@" 2>&1`, process.execPath, ...args], { cwd: root, encoding: "utf8", timeout: 60_000 });
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(/\nprefill 4 tokens in \d+ ms, [\d.]+ tok\/s; decode \d+ tokens in \d+ ms, [\d.]+ tok\/s; finish: length\n$/);
+    expect(r.stdout.startsWith(text + "\nprefill ")).toBe(true);
   });
 
   it("generate reads the prompt from stdin, reproduces a seed and honours --stop", async () => {

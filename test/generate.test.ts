@@ -1,6 +1,8 @@
 // Streaming generation on the t1 fixture model with the t1-tokenizer: greedy equals a hand-written
 // argmax loop, seeds reproduce, every stop condition ends it with the right reason, ids past the
 // tokenizer's vocabulary are never produced, and a Conversation re-feeds only what each turn adds.
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { load, type GenerateChunk, type Model } from "moelens";
 import { makeTextModelDir } from "./fixtures/t1-tokenizer/model-dir";
@@ -134,6 +136,39 @@ describe("generate on t1 + t1-tokenizer", () => {
     const rendered = model.tokenizer!.chatTemplate!.render(messages, { addGenerationPrompt: true, enableThinking: false });
     expect(rendered.endsWith("<|im_start|>assistant\n<think>\n\n</think>\n\n")).toBe(true);
     expect(r.last.timings!.promptTokens).toBe(model.tokenizer!.encode(rendered).length);
+  });
+
+  it("stops with 'length' where the context is full, whatever maxTokens asks", async () => {
+    // The same weights with a 40-token context.
+    const small = makeTextModelDir();
+    const config = path.join(small.dir, "config.json");
+    const json = JSON.parse(fs.readFileSync(config, "utf8"));
+    (json.text_config ?? json).max_position_embeddings = 40;
+    fs.rmSync(config);
+    fs.writeFileSync(config, JSON.stringify(json));
+    const m = await load(small.dir, { threads: 1 });
+    try {
+      expect(m.config.maxPositionEmbeddings).toBe(40);
+      const promptIds = m.tokenizer!.encode(prompt);
+      const s = m.session();
+      const r = await collect(s.generate(promptIds, { temperature: 0, maxTokens: 1000, stopTokenIds: [] }));
+      expect(r.last.finishReason).toBe("length");
+      expect(r.tokens.length).toBe(40 - promptIds.length);
+      expect(r.last.timings!.generatedTokens).toBe(40 - promptIds.length);
+      expect(s.position).toBe(40);
+      expect(r.tokens).toEqual(await manualGreedy(promptIds, 40 - promptIds.length));
+      // A prompt that fills the context exactly generates nothing; one more token does not fit.
+      const filling = Array.from({ length: 40 }, (_, i) => promptIds[i % promptIds.length]);
+      const full = await collect(m.session().generate(filling, { temperature: 0, maxTokens: 5 }));
+      expect(full.tokens).toEqual([]);
+      expect(full.last.finishReason).toBe("length");
+      await expect(collect(s.generate([2], { maxTokens: 1 }))).rejects.toThrow(
+        "generate: the prompt (1 tokens) does not fit: the session holds 40 of the model's 40 positions",
+      );
+    } finally {
+      m.tokenizer?.close();
+      small.remove();
+    }
   });
 
   it("rejects an empty prompt and bad options", async () => {

@@ -355,7 +355,7 @@ describe("moelens serve (command line)", () => {
     expect(help.status).toBe(0);
     for (const flag of ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-body-mib", "--prefix-cache"]) expect(help.stdout).toContain(flag);
     expect(bad.status).toBe(2);
-    expect(bad.stderr).toContain("--port needs an integer, got 'http'");
+    expect(bad.stderr).toContain("--port http: must be an integer in [0, 65535]");
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toMatch(/--nope/);
   }, 60_000);

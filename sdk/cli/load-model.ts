@@ -4,10 +4,10 @@ import * as path from "node:path";
 import { embeddedModelDir, load, type Model } from "../model";
 import { native } from "../native";
 import { UsageError } from "./errors";
-import type { CliOptions } from "./options";
+import type { ModelFlags } from "./options";
 import { progressBar } from "./progress";
 
-export async function loadModel(options: CliOptions): Promise<Model> {
+export async function loadModel(options: ModelFlags): Promise<Model> {
   const dir = path.resolve(options.model ?? embeddedModelDir);
   if (!fs.existsSync(dir)) {
     throw new UsageError(
@@ -22,10 +22,24 @@ export async function loadModel(options: CliOptions): Promise<Model> {
       throw new UsageError(`--backend ${options.backend}: unknown (available: ${known.join(", ")})`);
     }
   }
+  checkEmulator(options);
   const bar = progressBar(process.stderr, `loading ${path.basename(dir)}`);
   try {
     return await load(dir, { backend: options.backend, threads: options.threads, precision: options.precision, onProgress: bar?.update });
   } finally {
     bar?.end();
   }
+}
+
+// Off macOS the Metal backend runs its kernels on the CPU emulator: a correctness harness, far slower
+// than the cpu backend, so it runs only when asked for by name.
+function checkEmulator(options: ModelFlags): void {
+  const onMac = process.platform === "darwin";
+  if (options.backend === "metal" && !onMac && !options.emulator) {
+    throw new UsageError(
+      `--backend metal: Metal needs macOS; on ${process.platform} this build runs the Metal kernels on its CPU emulator, ` +
+        "a test harness far slower than --backend cpu (add --emulator to run it anyway)",
+    );
+  }
+  if (options.emulator && onMac) throw new UsageError("--emulator: on macOS --backend metal runs on the GPU, not on the emulator");
 }

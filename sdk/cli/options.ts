@@ -1,12 +1,16 @@
-// Command-line flags: parsed with node:util parseArgs, then checked and converted.
-import { parseArgs } from "node:util";
+// The flags of generate, chat and info: parsed, then checked and converted up front, before the model
+// loads. Each generation flag is the SDK option's name in kebab case (topP: --top-p) and accepts
+// what the SDK accepts.
 import { precisions, type BackendName, type Precision } from "../model";
 import type { GenerateOptions } from "../generate/generate";
+import { SAMPLING_RULES, type SamplerOptions } from "../generate/sampler";
 import { UsageError } from "./errors";
+import { choiceFlag, flagName, integerAtLeast, numberFlag, parseFlags } from "./flags";
 
 const FLAGS = {
   model: { type: "string" },
   backend: { type: "string" },
+  emulator: { type: "boolean" },
   threads: { type: "string" },
   precision: { type: "string" },
   "max-tokens": { type: "string" },
@@ -16,8 +20,10 @@ const FLAGS = {
   "min-p": { type: "string" },
   "repetition-penalty": { type: "string" },
   "presence-penalty": { type: "string" },
+  "frequency-penalty": { type: "string" },
   seed: { type: "string" },
   stop: { type: "string", multiple: true },
+  "skip-special-tokens": { type: "boolean" },
   system: { type: "string" },
   think: { type: "boolean" },
   "no-think": { type: "boolean" },
@@ -26,12 +32,18 @@ const FLAGS = {
   help: { type: "boolean", short: "h" },
 } as const;
 
-export interface CliOptions {
-  positionals: string[];
+/** What loading the model needs (every command that loads one has these flags). */
+export interface ModelFlags {
   model?: string;
   backend?: BackendName;
+  /** --emulator: allow the Metal backend off macOS, where it runs on the CPU emulator of the kernels. */
+  emulator: boolean;
   threads?: number;
   precision?: Precision;
+}
+
+export interface CliOptions extends ModelFlags {
+  positionals: string[];
   generation: GenerateOptions;
   system?: string;
   chat: boolean;
@@ -40,33 +52,22 @@ export interface CliOptions {
 }
 
 export function parseOptions(args: string[]): CliOptions {
-  let parsed;
-  try {
-    parsed = parseArgs({ args, options: FLAGS, allowPositionals: true, strict: true });
-  } catch (e) {
-    throw new UsageError((e as Error).message);
-  }
-  const v = parsed.values;
+  const { values: v, positionals } = parseFlags(args, FLAGS, true);
   if (v.think && v["no-think"]) throw new UsageError("--think and --no-think exclude each other");
   const generation: GenerateOptions = {
-    maxTokens: number("--max-tokens", v["max-tokens"], { integer: true, min: 0 }),
-    temperature: number("--temperature", v.temperature, { min: 0 }),
-    topK: number("--top-k", v["top-k"], { integer: true, min: 0 }),
-    topP: number("--top-p", v["top-p"], { min: 0 }),
-    minP: number("--min-p", v["min-p"], { min: 0 }),
-    repetitionPenalty: number("--repetition-penalty", v["repetition-penalty"], {}),
-    presencePenalty: number("--presence-penalty", v["presence-penalty"], {}),
-    seed: number("--seed", v.seed, { integer: true }),
+    maxTokens: numberFlag("--max-tokens", v["max-tokens"], integerAtLeast(0)),
     stop: v.stop,
+    skipSpecialTokens: v["skip-special-tokens"],
     enableThinking: v.think ? true : v["no-think"] ? false : undefined,
   };
+  for (const [option, rule] of Object.entries(SAMPLING_RULES) as [keyof SamplerOptions, (typeof SAMPLING_RULES)[keyof SamplerOptions]][]) {
+    const flag = flagName(option);
+    generation[option] = numberFlag(flag, v[flag.slice(2) as keyof typeof v] as string | undefined, rule);
+  }
   for (const k of Object.keys(generation) as (keyof GenerateOptions)[]) if (generation[k] === undefined) delete generation[k];
   return {
-    positionals: parsed.positionals,
-    model: v.model,
-    backend: v.backend as BackendName | undefined,
-    threads: number("--threads", v.threads, { integer: true, min: 1 }),
-    precision: precision(v.precision),
+    positionals,
+    ...modelFlags(v),
     generation,
     system: v.system,
     chat: v.chat ?? false,
@@ -75,17 +76,14 @@ export function parseOptions(args: string[]): CliOptions {
   };
 }
 
-export function precision(text: string | undefined): Precision | undefined {
-  if (text === undefined || (precisions as readonly string[]).includes(text)) return text as Precision | undefined;
-  throw new UsageError(`--precision must be ${precisions.join(", ")}; got '${text}'`);
-}
-
-function number(flag: string, text: string | undefined, rule: { integer?: boolean; min?: number }): number | undefined {
-  if (text === undefined) return undefined;
-  const value = Number(text);
-  if (text.trim() === "" || !Number.isFinite(value) || (rule.integer && !Number.isInteger(value))) {
-    throw new UsageError(`${flag} needs ${rule.integer ? "an integer" : "a number"}, got '${text}'`);
-  }
-  if (rule.min !== undefined && value < rule.min) throw new UsageError(`${flag} must be >= ${rule.min}, got ${value}`);
-  return value;
+/** The model flags among parsed values (shared with serve). */
+export function modelFlags(v: { model?: string; backend?: string; emulator?: boolean; threads?: string; precision?: string }): ModelFlags {
+  if (v.emulator && v.backend !== "metal") throw new UsageError("--emulator: goes with --backend metal");
+  return {
+    model: v.model,
+    backend: v.backend as BackendName | undefined,
+    emulator: v.emulator ?? false,
+    threads: numberFlag("--threads", v.threads, integerAtLeast(1)),
+    precision: choiceFlag("--precision", v.precision, precisions),
+  };
 }

@@ -21,7 +21,7 @@ export interface GenerationContext {
 export type GenerateInput = string | ChatMessage[] | readonly number[];
 
 export interface GenerateOptions extends SamplerOptions {
-  /** Most tokens to generate (default 256). */
+  /** Most tokens to generate (default 256); fewer when the model's context fills up first (finish reason "length"). */
   maxTokens?: number;
   /** Stop before the first occurrence of any of these strings (they are not part of the output). */
   stop?: string | string[];
@@ -101,6 +101,15 @@ export async function* generate(
   if (!Number.isInteger(maxTokens) || maxTokens < 0) throw new RangeError(`maxTokens must be an integer >= 0, got ${maxTokens}`);
   const prompt = promptTokens(ctx, input, options);
   if (prompt.length === 0) throw new RangeError("generate: the prompt is empty (there is nothing to continue)");
+  const room = contextRoom(session, prompt.length);
+  if (room < 0) {
+    throw new RangeError(
+      `generate: the prompt (${prompt.length} tokens) does not fit: the session holds ${session.position} of the model's ` +
+        `${session.config.maxPositionEmbeddings} positions`,
+    );
+  }
+  // Every generated token is fed to the session, so no more than the context holds after the prompt.
+  const limit = Math.min(maxTokens, room);
   const sampler = new Sampler(
     resolveSampling(ctx.generationConfig.sampling, samplerOptions(options)),
     Math.min(ctx.tokenizer.vocabSize, session.config.vocabSize),
@@ -158,20 +167,26 @@ export async function* generate(
 
   for (;;) {
     if (signal?.aborted) return yield first(finish("abort", rest()));
-    if (generated.length >= maxTokens) return yield first(finish("length", rest()));
+    if (generated.length >= limit) return yield first(finish("length", rest()));
     const id = sampler.sample(logits, { prompt, generated });
     generated.push(id);
     if (stopIds.has(id)) return yield first(finish("eos", rest(), [id]));
     const shown = stops.push(decoder.push(id));
     // Feed the token before yielding, so the session holds everything that was shown. The last
     // one allowed needs no logits.
-    const last = shown.stopped || generated.length >= maxTokens;
+    const last = shown.stopped || generated.length >= limit;
     const step = await session.decode(id, { logits: last ? "none" : "last", capture });
     logits = step.logits.data;
     const router = step.router ? { router: step.router } : {};
     if (shown.stopped) return yield first({ ...finish("stop", shown.text, [id]), ...router });
     yield first({ text: shown.text, tokens: [id], ...router });
   }
+}
+
+/** Tokens that can still be generated after a prompt of `promptLength` tokens: the model's context
+ * (max_position_embeddings) less what the session holds and the prompt; negative when the prompt does not fit. */
+export function contextRoom(session: ForwardSession, promptLength: number): number {
+  return session.config.maxPositionEmbeddings - session.position - promptLength;
 }
 
 // The caller's options over the checkpoint's defaults. Asking for top-k, top-p or min-p without a

@@ -45,14 +45,14 @@ export class Sampler {
     options: SamplerOptions = {},
     readonly vocabLimit = Infinity,
   ) {
-    this.temperature = check("temperature", options.temperature ?? 1, (v) => v >= 0, "a number >= 0");
-    this.topK = check("topK", options.topK ?? 0, (v) => Number.isInteger(v) && v >= 0, "an integer >= 0");
-    this.topP = check("topP", options.topP ?? 1, (v) => v > 0 && v <= 1, "in (0, 1]");
-    this.minP = check("minP", options.minP ?? 0, (v) => v >= 0 && v <= 1, "in [0, 1]");
-    this.repetitionPenalty = check("repetitionPenalty", options.repetitionPenalty ?? 1, (v) => v > 0, "a number > 0");
-    this.presencePenalty = check("presencePenalty", options.presencePenalty ?? 0, () => true, "a number");
-    this.frequencyPenalty = check("frequencyPenalty", options.frequencyPenalty ?? 0, () => true, "a number");
-    this.seed = check("seed", options.seed ?? randomSeed(), Number.isSafeInteger, "an integer");
+    this.temperature = check("temperature", options.temperature ?? 1);
+    this.topK = check("topK", options.topK ?? 0);
+    this.topP = check("topP", options.topP ?? 1);
+    this.minP = check("minP", options.minP ?? 0);
+    this.repetitionPenalty = check("repetitionPenalty", options.repetitionPenalty ?? 1);
+    this.presencePenalty = check("presencePenalty", options.presencePenalty ?? 0);
+    this.frequencyPenalty = check("frequencyPenalty", options.frequencyPenalty ?? 0);
+    this.seed = check("seed", options.seed ?? randomSeed());
     this.rng = new Prng(this.seed);
   }
 
@@ -209,9 +209,22 @@ function nucleus(
   return [kept.map((j) => (candidates ? candidates[j] : j)), Float64Array.from(kept, (j) => weights[j])];
 }
 
-function check(name: string, value: number, ok: (v: number) => boolean, what: string): number {
-  if (typeof value !== "number" || !Number.isFinite(value) || !ok(value)) {
-    throw new RangeError(`sampling option ${name} must be ${what}, got ${value}`);
+/** What each sampling option accepts; the command line checks its flags against the same rules. */
+export const SAMPLING_RULES: Record<keyof SamplerOptions, { ok: (v: number) => boolean; what: string }> = {
+  temperature: { ok: (v) => v >= 0, what: "a number >= 0" },
+  topK: { ok: (v) => Number.isInteger(v) && v >= 0, what: "an integer >= 0" },
+  topP: { ok: (v) => v > 0 && v <= 1, what: "a number in (0, 1]" },
+  minP: { ok: (v) => v >= 0 && v <= 1, what: "a number in [0, 1]" },
+  repetitionPenalty: { ok: (v) => v > 0, what: "a number > 0" },
+  presencePenalty: { ok: () => true, what: "a number" },
+  frequencyPenalty: { ok: () => true, what: "a number" },
+  seed: { ok: Number.isSafeInteger, what: "an integer" },
+};
+
+function check(name: keyof SamplerOptions, value: number): number {
+  const rule = SAMPLING_RULES[name];
+  if (typeof value !== "number" || !Number.isFinite(value) || !rule.ok(value)) {
+    throw new RangeError(`sampling option ${name} must be ${rule.what}, got ${value}`);
   }
   return value;
 }

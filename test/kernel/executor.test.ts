@@ -1,7 +1,12 @@
 // The TypeScript cell executor in-process: declarations shared across cells, top-level await and
 // `for await`, values, errors mapped to cell lines, type errors, interrupts, completion.
+import * as fs from "node:fs";
+import { createRequire } from "node:module";
 import * as os from "node:os";
-import { describe, expect, test } from "vitest";
+import * as path from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { installBridge, KERNEL_BRIDGE, kernelBridge } from "../../kernel/bridge";
+import { refuseProcessExit } from "../../kernel/exit-guard";
 import { compileCell } from "../../kernel/cell-transform";
 import { Executor, type Outcome, type TypeCheckMode } from "../../kernel/executor";
 import { isComplete } from "../../kernel/is-complete";
@@ -186,4 +191,117 @@ test("modules resolve from the notebook's folder, wherever it is", async () => {
   const ex = new Executor({ cwd: os.tmpdir(), typecheck: "off", onTypeErrors: () => {} });
   const outcome = await ex.execute('import * as os from "node:os";\ntypeof os.cpus', "cell[tmp]");
   expect(value(outcome)).toBe("function");
+});
+
+describe("dynamic import(), process.exit and the tslab module", () => {
+  // A notebook folder with a CommonJS package, an ES module package exported to `import` only, and a local file.
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), "moelens-notebook-"));
+  const write = (file: string, text: string) => {
+    fs.mkdirSync(path.dirname(path.join(folder, file)), { recursive: true });
+    fs.writeFileSync(path.join(folder, file), text);
+  };
+  write("node_modules/cjs-pkg/package.json", JSON.stringify({ name: "cjs-pkg", main: "index.js" }));
+  write("node_modules/cjs-pkg/index.js", "exports.answer = 42; exports.made = Symbol('instance');");
+  write("node_modules/esm-only/package.json", JSON.stringify({ name: "esm-only", type: "module", exports: { ".": { import: "./index.js" } } }));
+  write("node_modules/esm-only/index.js", "export const answer = 43; export default 'esm default';");
+  write("local.mjs", "export const here = 'local';");
+  // Created when these tests start: the last executor created is the one cells reach.
+  let ex: Executor;
+  beforeAll(() => {
+    ex = new Executor({ cwd: folder, typecheck: "off", onTypeErrors: () => undefined });
+  });
+  let n = 0;
+  const run = (code: string) => ex.execute(code, `cell[import-${++n}]`);
+  afterAll(() => fs.rmSync(folder, { recursive: true, force: true }));
+
+  test("import() loads Node modules, packages of the notebook's folder and local files, without warnings", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on("warning", onWarning);
+    try {
+      expect(value(await run(`const p = await import("node:path"); p.basename("/a/b")`))).toBe("b");
+      expect(value(await run(`(await import("fs")).existsSync === (await import("node:fs")).existsSync`))).toBe(true);
+      expect(value(await run(`const c = await import("cjs-pkg"); [c.answer, c.default.answer]`))).toEqual([42, 42]);
+      // The same instance as a static import.
+      expect(value(await run(`import * as cjs from "cjs-pkg";\n(await import("cjs-pkg")).made === cjs.made`))).toBe(true);
+      expect(value(await run(`const e = await import("esm-only"); [e.answer, e.default]`))).toEqual([43, "esm default"]);
+      expect(value(await run(`(await import("./local.mjs")).here`))).toBe("local");
+      // import() inside a function defined in a cell, called from a later cell.
+      await run(`async function later() { return (await import("node:os")).EOL; }`);
+      expect(value(await run(`await later()`))).toBe(os.EOL);
+      const missing = await run(`await import("no-such-package")`);
+      expect(missing.status).toBe("error");
+      if (missing.status === "error") expect(missing.report.evalue).toMatch(/no-such-package/);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings).toEqual([]);
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
+
+  test("process.exit() in a cell is refused with an explanation, and the next cell runs", async () => {
+    const restore = refuseProcessExit();
+    try {
+      const outcome = await run(`const before = 1;\nprocess.exit(3)`);
+      expect(outcome.status).toBe("error");
+      if (outcome.status !== "error") return;
+      expect(outcome.report.ename).toBe("ProcessExitRefused");
+      expect(outcome.report.evalue).toBe(
+        "process.exit(3) would end the kernel and lose the notebook's state, so the kernel refuses it: " +
+          "throw an error to stop a cell, or restart the kernel (Kernel > Restart) to start over",
+      );
+      expect(plain(outcome.report.traceback.join("\n"))).toMatch(/cell\[import-\d+\]:2:9/);
+      expect(value(await run("before + 1"))).toBe(2);
+    } finally {
+      restore();
+    }
+  });
+
+  test("the tslab module sends tslab's displays through the kernel", async () => {
+    // Cells load kernel modules with Node's require: let it read the kernel's TypeScript sources.
+    const { register } = createRequire(__filename)("tsx/cjs/api") as { register: () => () => void };
+    const unregister = register();
+    const sent: { kind: string; bundle: Record<string, unknown>; displayId?: string }[] = [];
+    const previous = kernelBridge();
+    installBridge({
+      display: (v, o) => sent.push({ kind: "display", bundle: toMimeBundle(v), displayId: o?.displayId }),
+      updateDisplay: (v, o) => sent.push({ kind: "update", bundle: toMimeBundle(v), displayId: o.displayId }),
+      clearOutput: () => undefined,
+      onInterrupt: () => () => undefined,
+      mimeBundle: toMimeBundle,
+    });
+    try {
+      const outcome = await run(`import * as tslab from "tslab";
+        tslab.display.html("<b>h</b>");
+        tslab.display.markdown("# m");
+        tslab.display.svg("<svg/>");
+        tslab.display.png(new Uint8Array([1, 2, 3]));
+        tslab.display.jpeg(new Uint8Array([4, 5]));
+        tslab.display.text("t");
+        const d = tslab.newDisplay();
+        d.html("first");
+        d.html("second");
+        [tslab.isNode, tslab.isBrowser]`);
+      expect(value(outcome)).toEqual([true, false]);
+      expect(sent.slice(0, 6).map((s) => s.bundle)).toEqual([
+        { "text/plain": "", "text/html": "<b>h</b>" },
+        { "text/plain": "", "text/markdown": "# m" },
+        { "text/plain": "", "image/svg+xml": "<svg/>" },
+        { "text/plain": "", "image/png": "AQID" },
+        { "text/plain": "", "image/jpeg": "BAU=" },
+        { "text/plain": "t" },
+      ]);
+      expect(sent.slice(0, 6).every((s) => s.kind === "display" && s.displayId === undefined)).toBe(true);
+      const [first, second] = sent.slice(6);
+      expect(first).toMatchObject({ kind: "display", bundle: { "text/html": "first" } });
+      expect(second).toMatchObject({ kind: "update", bundle: { "text/html": "second" }, displayId: first.displayId });
+      expect(first.displayId).toBeDefined();
+      // Dynamic import gives the same module.
+      expect(value(await run(`(await import("tslab")).display === tslab.display`))).toBe(true);
+    } finally {
+      unregister();
+      if (previous) installBridge(previous);
+      else delete (globalThis as Record<symbol, unknown>)[KERNEL_BRIDGE];
+    }
+  });
 });

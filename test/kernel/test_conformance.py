@@ -160,6 +160,45 @@ class MoelensKernelTests(jkt.KernelTests):
         results = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
         self.assertEqual(results, ["[ 'function', '/' ]"])
 
+    def test_dynamic_import_of_the_package_and_node_modules_prints_no_warning(self):
+        code = (
+            'const sdk = await import("moelens");\n'
+            'const { load } = await import("moelens");\n'
+            'const os = await import("node:os");\n'
+            '[typeof sdk.load, load === sdk.load, typeof os.cpus]'
+        )
+        reply, outputs = self.execute(code)
+        self.assertEqual(reply["content"]["status"], "ok", reply["content"])
+        results = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+        self.assertEqual(results, ["[ 'function', true, 'function' ]"])
+        streams = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+        self.assertEqual(streams, "")
+
+    def test_process_exit_is_refused_and_the_kernel_lives_on(self):
+        self.execute("const alive = 'still here';")
+        reply, outputs = self.execute("process.exit(0)")
+        self.assertEqual(reply["content"]["status"], "error")
+        self.assertEqual(reply["content"]["ename"], "ProcessExitRefused")
+        self.assertIn("would end the kernel", reply["content"]["evalue"])
+        reply, outputs = self.execute("alive")
+        self.assertEqual(reply["content"]["status"], "ok", reply["content"])
+        results = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+        self.assertEqual(results, ["'still here'"])
+
+    def test_tslab_notebooks_run_unchanged(self):
+        code = (
+            'import * as tslab from "tslab";\n'
+            'tslab.display.html("<b>bold</b>");\n'
+            'tslab.display.markdown("*md*");\n'
+            'tslab.display.png(new Uint8Array([137, 80, 78, 71]));'
+        )
+        reply, outputs = self.execute(code)
+        self.assertEqual(reply["content"]["status"], "ok", reply["content"])
+        shown = [m["content"]["data"] for m in outputs if m["msg_type"] == "display_data"]
+        self.assertEqual([d.get("text/html") for d in shown], ["<b>bold</b>", None, None])
+        self.assertEqual(shown[1]["text/markdown"], "*md*")
+        self.assertEqual(shown[2]["image/png"], "iVBORw==")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1,14 +1,14 @@
 // `moelens serve`: the OpenAI-compatible HTTP server (docs/server.md). Runs until SIGINT or SIGTERM.
-import { parseArgs } from "node:util";
-import type { BackendName } from "../../model";
 import { DEFAULT_MAX_BODY_BYTES, serve } from "../../serve/server";
 import { UsageError } from "../errors";
+import { integerAtLeast, integerIn, numberFlag, parseFlags, positiveNumber } from "../flags";
 import { loadModel } from "../load-model";
-import { precision } from "../options";
+import { modelFlags } from "../options";
 
 const FLAGS = {
   model: { type: "string" },
   backend: { type: "string" },
+  emulator: { type: "boolean" },
   threads: { type: "string" },
   precision: { type: "string" },
   host: { type: "string" },
@@ -34,6 +34,7 @@ Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/comp
 Options:
   --model <dir>              checkpoint folder (default: the embedded model)
   --backend <name>           compute backend (default: cpu)
+  --emulator                 with --backend metal off macOS: run on the CPU emulator of the kernels
   --threads <n>              CPU threads (default: all cores)
   --precision <p>            fp32 (default: exact), int24 (within the parity tests, faster decode),
                              int16 or int8 (faster, reduced precision; docs/performance.md)
@@ -53,41 +54,25 @@ One line per request goes to stderr: method, path, status, tokens, decode speed,
 }
 
 export async function serveCommand(args: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args, options: FLAGS, allowPositionals: false, strict: true });
-  } catch (e) {
-    throw new UsageError((e as Error).message);
-  }
-  const v = parsed.values;
+  const v = parseFlags(args, FLAGS, false).values;
   if (v.help) {
     process.stdout.write(serveHelpText());
     return 0;
   }
   const options = {
     host: v.host,
-    port: number("--port", v.port, 0, 65535),
+    port: numberFlag("--port", v.port, integerIn(0, 65535)),
     apiKey: v["api-key"] ?? (process.env.MOELENS_API_KEY || undefined),
     modelId: v["model-id"],
-    maxQueue: number("--max-queue", v["max-queue"], 0),
+    maxQueue: numberFlag("--max-queue", v["max-queue"], integerAtLeast(0)),
     maxBodyBytes: mebibytes("--max-body-mib", v["max-body-mib"]),
     prefixCache: {
-      entries: number("--prefix-cache", v["prefix-cache"], 0),
+      entries: numberFlag("--prefix-cache", v["prefix-cache"], integerAtLeast(0)),
       bytes: mebibytes("--prefix-cache-mib", v["prefix-cache-mib"]),
     },
   };
-  if (options.modelId === "") throw new UsageError("--model-id must not be empty");
-  const model = await loadModel({
-    positionals: [],
-    model: v.model,
-    backend: v.backend as BackendName | undefined,
-    threads: number("--threads", v.threads, 1),
-    precision: precision(v.precision),
-    generation: {},
-    chat: false,
-    json: false,
-    help: false,
-  });
+  if (options.modelId === "") throw new UsageError("--model-id '': must not be empty");
+  const model = await loadModel(modelFlags(v));
   if (!model.tokenizer) process.stderr.write(`moelens serve: ${model.dir} has no tokenizer.json; the completion endpoints will answer 400\n`);
   let server;
   try {
@@ -115,17 +100,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   return 0;
 }
 
-function number(flag: string, text: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
-  if (text === undefined) return undefined;
-  const value = Number(text);
-  if (text.trim() === "" || !Number.isInteger(value)) throw new UsageError(`${flag} needs an integer, got '${text}'`);
-  if (value < min || value > max) throw new UsageError(`${flag} must be between ${min} and ${max}, got ${value}`);
-  return value;
-}
-
 function mebibytes(flag: string, text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  const value = Number(text);
-  if (text.trim() === "" || !Number.isFinite(value) || value <= 0) throw new UsageError(`${flag} needs a positive number, got '${text}'`);
-  return Math.floor(value * 2 ** 20);
+  const value = numberFlag(flag, text, positiveNumber);
+  return value === undefined ? undefined : Math.floor(value * 2 ** 20);
 }

@@ -2,12 +2,11 @@
 // (docs/introspection.md, "Tracing a corpus"). Interrupted (Ctrl+C, or killed), the same command
 // resumes after the last shard.
 import * as path from "node:path";
-import { parseArgs } from "node:util";
 import { CORPUS_CAPTURES, traceCorpus, type CorpusProgress } from "../../corpus";
-import type { BackendName } from "../../model";
 import { UsageError } from "../errors";
 import { loadModel } from "../load-model";
-import { precision } from "../options";
+import { integerAtLeast, numberFlag, parseFlags } from "../flags";
+import { modelFlags } from "../options";
 import { progressBar } from "../progress";
 
 const FLAGS = {
@@ -20,6 +19,7 @@ const FLAGS = {
   backend: { type: "string" },
   threads: { type: "string" },
   precision: { type: "string" },
+  emulator: { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -56,13 +56,7 @@ each into its own folder; the shards of all folders read as one dataset.
 }
 
 export async function traceCommand(args: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args, options: FLAGS, allowPositionals: false, strict: true });
-  } catch (e) {
-    throw new UsageError((e as Error).message);
-  }
-  const v = parsed.values;
+  const v = parseFlags(args, FLAGS, false).values;
   if (v.help) {
     process.stdout.write(traceHelpText());
     return 0;
@@ -75,18 +69,8 @@ export async function traceCommand(args: string[]): Promise<number> {
       throw new UsageError(`--capture ${name === "" ? "''" : name}: unknown (known: ${CORPUS_CAPTURES.join(", ")})`);
     }
   }
-  const shardTokens = integer("--shard-tokens", v["shard-tokens"], 1);
-  const model = await loadModel({
-    positionals: [],
-    model: v.model,
-    backend: v.backend as BackendName | undefined,
-    threads: integer("--threads", v.threads, 1),
-    precision: precision(v.precision),
-    generation: {},
-    chat: false,
-    json: false,
-    help: false,
-  });
+  const shardTokens = numberFlag("--shard-tokens", v["shard-tokens"], integerAtLeast(1));
+  const model = await loadModel(modelFlags(v));
 
   const abort = new AbortController();
   const onSigint = () => abort.abort();
@@ -112,12 +96,4 @@ export async function traceCommand(args: string[]): Promise<number> {
   }
   process.stderr.write(`traced ${what}${result.resumed ? " (resumed)" : ""}\n`);
   return 0;
-}
-
-function integer(flag: string, text: string | undefined, min: number): number | undefined {
-  if (text === undefined) return undefined;
-  const value = Number(text);
-  if (text.trim() === "" || !Number.isInteger(value)) throw new UsageError(`${flag} needs an integer, got '${text}'`);
-  if (value < min) throw new UsageError(`${flag} must be >= ${min}, got ${value}`);
-  return value;
 }
