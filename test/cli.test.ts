@@ -87,7 +87,7 @@ describe("moelens CLI", () => {
       [["generate", ...modelFlags(), "--max-tokens", "4093", "The jury said"], "--max-tokens 4093: the model's context holds 4096 tokens and the prompt takes 4, so at most 4092"],
       [["chat", ...modelFlags(), "stray"], "chat takes no arguments; type the messages at its prompt"],
       [["serve", "--port", "-1"], "--port -1: must be an integer in [0, 65535]"],
-      [["serve", "--max-body-mib", "0"], "--max-body-mib 0: must be a number > 0"],
+      [["serve", "--max-request-bytes", "0"], "--max-request-bytes 0: must be an integer >= 1"],
       [["serve", "stray"], "unexpected argument stray"],
     ];
     if (hasMetal && process.platform !== "darwin") {

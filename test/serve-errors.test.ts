@@ -10,7 +10,7 @@ import type { Health } from "../sdk/serve/routes";
 import { makeTextModelDir } from "./fixtures/t1-tokenizer/model-dir";
 
 const fixture = makeTextModelDir();
-const maxBodyBytes = 64 * 1024;
+const maxRequestBytes = 64 * 1024;
 let model: Model;
 let server: MoelensServer;
 let client: OpenAI;
@@ -18,7 +18,7 @@ const log: string[] = [];
 
 beforeAll(async () => {
   model = await load(fixture.dir, { threads: 1 });
-  server = await serve(model, { port: 0, maxBodyBytes, log: (line) => log.push(line) });
+  server = await serve(model, { port: 0, maxRequestBytes, log: (line) => log.push(line) });
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });
 afterAll(async () => {
@@ -170,7 +170,7 @@ describe("moelens serve: bad input", () => {
   });
 
   it("a body over the limit is a 413, told by Content-Length or found while reading", async () => {
-    const huge = JSON.stringify(chat({ messages: [{ role: "user", content: "x".repeat(maxBodyBytes) }] }));
+    const huge = JSON.stringify(chat({ messages: [{ role: "user", content: "x".repeat(maxRequestBytes) }] }));
     const declared = await post("/v1/chat/completions", huge);
     expect(declared.status).toBe(413);
     expect(openAiError(declared.body).code).toBe("request_too_large");
@@ -191,7 +191,7 @@ describe("moelens serve: bad input", () => {
     expect(chunked.status).toBe(413);
     expect(openAiError(JSON.parse(chunked.body)).code).toBe("request_too_large");
 
-    const viaClient = await client.chat.completions.create(chat({ messages: [{ role: "user", content: "y".repeat(2 * maxBodyBytes) }] }) as never).catch((e) => e);
+    const viaClient = await client.chat.completions.create(chat({ messages: [{ role: "user", content: "y".repeat(2 * maxRequestBytes) }] }) as never).catch((e) => e);
     expect(viaClient.status).toBe(413);
     await stillServes();
   });
@@ -224,6 +224,8 @@ describe("moelens serve: bad input", () => {
   it("logs every refused request with its status and error", () => {
     const statuses = log.map((line) => Number(line.split(" ")[3]));
     for (const status of [400, 404, 405, 413]) expect(statuses).toContain(status);
-    expect(log.filter((l) => / 4\d\d /.test(l)).every((l) => /error: "/.test(l))).toBe(true);
+    const refused = log.filter((line) => Number(line.split(" ")[3]) >= 400);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const line of refused) expect(line).toMatch(/error: "/);
   });
 });

@@ -347,16 +347,19 @@ describe("moelens serve (command line)", () => {
   }, 60_000);
 
   it("--help, and usage errors with exit status 2", async () => {
-    const [help, bad, unknown] = await Promise.all([
+    const [help, bad, unknown, limit] = await Promise.all([
       finished(cli(["serve", "--help"])),
       finished(cli(["serve", "--port", "http"])),
       finished(cli(["serve", "--nope"])),
+      finished(cli(["serve", "--max-request-bytes", "0"])),
     ]);
     expect(help.status).toBe(0);
-    for (const flag of ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-body-mib", "--prefix-cache"]) expect(help.stdout).toContain(flag);
+    for (const flag of ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-request-bytes", "--prefix-cache"]) expect(help.stdout).toContain(flag);
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("--port http: must be an integer in [0, 65535]");
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toMatch(/--nope/);
+    expect(limit.status).toBe(2);
+    expect(limit.stderr).toContain("--max-request-bytes must be between 1 and");
   }, 60_000);
 });

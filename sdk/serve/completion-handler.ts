@@ -6,6 +6,7 @@ import type { GenerateOptions } from "../generate/generate";
 import type { Model } from "../model";
 import { ApiError, modelNotFound } from "./api-error";
 import type { Engine, GenerationOutcome } from "./engine";
+import type { PromptWorkers } from "./prompt-workers";
 import { completeResponse, streamChunk, usage, type Endpoint, type ResponseHead } from "./openai-shapes";
 import { readJsonBody } from "./request-body";
 import { conversationBoundaries, promptIds, tokenBudget } from "./request-prompt";
@@ -17,7 +18,9 @@ export interface CompletionContext {
   /** The id clients pass as `model`. */
   modelId: string;
   engine: Engine;
-  maxBodyBytes: number;
+  /** Render and tokenize prompts off the event loop; undefined when the model has no tokenizer. */
+  prompts: PromptWorkers | undefined;
+  maxRequestBytes: number;
 }
 
 /** Answers the request; resolves to the generation's outcome (for the log), if one ran to the end. */
@@ -27,15 +30,17 @@ export async function handleCompletion(
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<GenerationOutcome | undefined> {
-  const body = await readJsonBody(req, ctx.maxBodyBytes);
+  const body = await readJsonBody(req, ctx.maxRequestBytes);
   const request = endpoint === "chat" ? parseChatRequest(body) : parseCompletionRequest(body);
   if (request.model !== ctx.modelId) {
     throw modelNotFound(request.model, ctx.modelId);
   }
-  const tokenizer = ctx.model.tokenizer;
-  if (!tokenizer) throw new ApiError(400, `${ctx.model.dir} has no tokenizer.json, so no text endpoints`, "invalid_request_error", "no_tokenizer");
-  const prompt = promptIds(ctx.model, tokenizer, request);
-  const maxTokens = tokenBudget(prompt.length, request.sampling.maxTokens, ctx.model.config.maxPositionEmbeddings, endpoint === "chat" ? "messages" : "prompt");
+  const prompts = ctx.prompts;
+  if (!prompts) throw new ApiError(400, `${ctx.model.dir} has no tokenizer.json, so no text endpoints`, "invalid_request_error", "no_tokenizer");
+  const promptTokens = await promptIds(ctx.model, prompts, request);
+  const maxTokens = tokenBudget(promptTokens.length, request.sampling.maxTokens, ctx.model.config.maxPositionEmbeddings, endpoint === "chat" ? "messages" : "prompt");
+  const prompt = Array.from(promptTokens);
+  const checkpoints = request.kind === "chat" && ctx.engine.cache.enabled ? await conversationBoundaries(prompts, request, prompt) : undefined;
 
   const abort = new AbortController();
   const onClose = () => {
@@ -51,7 +56,7 @@ export async function handleCompletion(
     };
     const job = {
       prompt,
-      checkpoints: request.kind === "chat" && ctx.engine.cache.enabled ? conversationBoundaries(tokenizer, request, prompt) : undefined,
+      checkpoints,
       options: generateOptions(request.sampling, maxTokens),
       routing: request.routing,
       signal: abort.signal,

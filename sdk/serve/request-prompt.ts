@@ -2,31 +2,31 @@
 // in a chat prompt worth keeping a session at for later requests, and the token limit it leaves: a
 // prompt or prompt + max_tokens past the context is a 400, as OpenAI's context_length_exceeded.
 import type { Model } from "../model";
-import type { Tokenizer } from "../tokenizer/tokenizer";
 import { ApiError, invalidParam } from "./api-error";
+import { TemplateError, type PromptWorkers } from "./prompt-workers";
 import type { ChatRequest, CompletionRequest } from "./validate";
 
-export function promptIds(model: Model, tokenizer: Tokenizer, request: ChatRequest | CompletionRequest): number[] {
+/** The prompt's token ids, rendered and tokenized on the prompt workers (off the event loop). */
+export async function promptIds(model: Model, workers: PromptWorkers, request: ChatRequest | CompletionRequest): Promise<Uint32Array> {
   if (request.kind === "completion") {
     const prompt = request.prompt;
-    if (typeof prompt === "string") return tokenizer.encode(prompt);
+    if (typeof prompt === "string") return workers.encode(prompt);
     const vocab = model.config.vocabSize;
     const bad = prompt.findIndex((id) => id >= vocab);
     if (bad >= 0) throw invalidParam("prompt", `prompt[${bad}] = ${prompt[bad]} is not a token id of this model (vocabulary ${vocab})`);
-    return prompt;
+    return Uint32Array.from(prompt);
   }
-  const template = tokenizer.chatTemplate;
-  if (!template) {
+  if (!model.tokenizer?.chatTemplate) {
     throw new ApiError(400, `${model.dir} has no chat template; use /v1/completions`, "invalid_request_error", "no_chat_template");
   }
-  let text: string;
+  let ids: Uint32Array;
   try {
-    text = render(tokenizer, request, request.messages, true);
+    ids = await render(workers, request, request.messages, true);
   } catch (e) {
     // Templates raise on conversations they do not accept (roles out of order, a missing user turn...).
-    throw invalidParam("messages", (e as Error).message, "invalid_messages");
+    if (e instanceof TemplateError) throw invalidParam("messages", e.message, "invalid_messages");
+    throw e;
   }
-  const ids = tokenizer.encode(text);
   if (ids.length === 0) throw invalidParam("messages", "the rendered prompt is empty");
   return ids;
 }
@@ -38,23 +38,24 @@ export function promptIds(model: Model, tokenizer: Tokenizer, request: ChatReque
  * where that rendering is a token prefix of `prompt` count; templates that refuse the shorter
  * conversation (Qwen's need a user message) give none.
  */
-export function conversationBoundaries(tokenizer: Tokenizer, request: ChatRequest, prompt: readonly number[]): number[] {
+export async function conversationBoundaries(workers: PromptWorkers, request: ChatRequest, prompt: readonly number[]): Promise<number[]> {
   const out = new Set<number>();
   for (const messages of [request.messages, request.messages.slice(0, -1)]) {
     if (messages.length === 0) continue;
-    let ids: number[];
+    let ids: Uint32Array;
     try {
-      ids = tokenizer.encode(render(tokenizer, request, messages, false));
-    } catch {
-      continue;
+      ids = await render(workers, request, messages, false);
+    } catch (e) {
+      if (e instanceof TemplateError) continue;
+      throw e;
     }
     if (ids.length > 0 && ids.length < prompt.length && ids.every((id, i) => id === prompt[i])) out.add(ids.length);
   }
   return [...out].sort((a, b) => a - b);
 }
 
-function render(tokenizer: Tokenizer, request: ChatRequest, messages: ChatRequest["messages"], addGenerationPrompt: boolean): string {
-  return tokenizer.chatTemplate!.render(messages, {
+function render(workers: PromptWorkers, request: ChatRequest, messages: ChatRequest["messages"], addGenerationPrompt: boolean): Promise<Uint32Array> {
+  return workers.chat(messages, {
     addGenerationPrompt,
     enableThinking: request.enableThinking,
     tools: request.tools,

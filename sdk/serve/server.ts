@@ -3,13 +3,15 @@
 // stream has started, an error event) and the server keeps serving.
 import { createHash, timingSafeEqual } from "node:crypto";
 import * as http from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import * as path from "node:path";
 import type { Model } from "../model";
 import { ApiError } from "./api-error";
 import { sendJson } from "./completion-handler";
 import { Engine, type GenerationOutcome } from "./engine";
 import type { PrefixCacheLimits } from "./prefix-cache";
+import { PromptWorkers } from "./prompt-workers";
+import { isLingering, lingerAfterTooLarge } from "./request-body";
 import { formatRequestLine } from "./request-log";
 import { buildRoutes, resolveRoute } from "./routes";
 
@@ -22,8 +24,8 @@ export interface ServeOptions {
   apiKey?: string;
   /** Requests that may wait while one generates (default 64); the next gets a 503. */
   maxQueue?: number;
-  /** Largest request body in bytes (default 8 MiB); a larger one gets a 413. */
-  maxBodyBytes?: number;
+  /** Largest request body in bytes (default 8 MiB); a larger one gets a 413, found while the body streams in. */
+  maxRequestBytes?: number;
   /** Prefix cache bounds (default 8 sessions, 2 GiB of state; entries: 0 turns it off). */
   prefixCache?: Partial<PrefixCacheLimits>;
   /** The id clients pass as `model` (default: the model folder's name). */
@@ -43,18 +45,21 @@ export interface MoelensServer {
   close(): Promise<void>;
 }
 
-export const DEFAULT_MAX_BODY_BYTES = 8 * 2 ** 20;
+export const DEFAULT_MAX_REQUEST_BYTES = 8 * 2 ** 20;
 
 /** Starts serving `model`; resolves once the server listens. */
 export async function serve(model: Model, options: ServeOptions = {}): Promise<MoelensServer> {
   const modelId = options.modelId ?? path.basename(model.dir);
-  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const maxRequestBytes = options.maxRequestBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+  if (!Number.isInteger(maxRequestBytes) || maxRequestBytes < 1) throw new RangeError(`serve: maxRequestBytes must be a positive integer, got ${maxRequestBytes}`);
   const log = options.log ?? ((line: string) => process.stderr.write(line + "\n"));
   const engine = new Engine(model, {
     maxQueue: options.maxQueue ?? 64,
     prefixCache: { entries: options.prefixCache?.entries ?? 8, bytes: options.prefixCache?.bytes ?? 2 * 2 ** 30 },
   });
-  const routes = buildRoutes({ model, modelId, engine, maxBodyBytes, started: Math.floor(Date.now() / 1000) });
+  // Prompts are rendered and tokenized in worker processes, so long ones never block other clients.
+  const prompts = model.tokenizer ? await PromptWorkers.start(model.tokenizer.dir) : undefined;
+  const routes = buildRoutes({ model, modelId, engine, prompts, maxRequestBytes, started: Math.floor(Date.now() / 1000) });
   const keyDigest = options.apiKey === undefined ? undefined : digest(options.apiKey);
   const inFlight = new Set<Promise<void>>();
 
@@ -71,9 +76,8 @@ export async function serve(model: Model, options: ServeOptions = {}): Promise<M
     } catch (e) {
       error = ApiError.from(e);
       if (!res.headersSent && !res.destroyed) {
-        // The rest of an oversized body is not read: close the connection after answering.
-        const close: Record<string, string> = error.status === 413 ? { Connection: "close" } : {};
-        sendJson(res, error.status, error.body, { ...error.headers, ...close });
+        sendJson(res, error.status, error.body, error.headers);
+        if (error.status === 413) lingerAfterTooLarge(req);
       }
     }
     const clientClosed = !res.writableEnded;
@@ -92,16 +96,21 @@ export async function serve(model: Model, options: ServeOptions = {}): Promise<M
   });
   // Requests Node cannot even parse: answer like the others, then drop the connection.
   server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
-    if (!socket.writable) return socket.destroy();
+    // A client that stops in the middle of a refused body has had its answer (the 413).
+    if (!socket.writable || isLingering(socket as Socket)) return socket.destroy();
     const body = JSON.stringify(new ApiError(400, `malformed HTTP request: ${err.code ?? err.message}`, "invalid_request_error", "bad_http").body);
     socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
   });
 
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
+    const fail = (e: Error) => {
+      void prompts?.close();
+      reject(e);
+    };
+    server.once("error", fail);
     server.listen(options.port ?? 8000, host, () => {
-      server.off("error", reject);
+      server.off("error", fail);
       resolve();
     });
   });
@@ -116,6 +125,7 @@ export async function serve(model: Model, options: ServeOptions = {}): Promise<M
       server.closeAllConnections();
       await Promise.allSettled([...inFlight]);
       await closed;
+      await prompts?.close();
       engine.cache.clear();
     },
   };

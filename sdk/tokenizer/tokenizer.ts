@@ -111,7 +111,8 @@ export async function loadTokenizer(dir: string): Promise<Tokenizer> {
   return new Tokenizer(resolved, worker, ready.vocabSize, ready.addedTokens, chatTemplate);
 }
 
-function readTokenizerConfig(dir: string): Record<string, unknown> {
+/** tokenizer_config.json of a checkpoint folder as an object ({} when the file is absent). */
+export function readTokenizerConfig(dir: string): Record<string, unknown> {
   const file = path.join(dir, "tokenizer_config.json");
   if (!fs.existsSync(file)) return {};
   try {

@@ -1,5 +1,5 @@
 // `moelens serve`: the OpenAI-compatible HTTP server (docs/server.md). Runs until SIGINT or SIGTERM.
-import { DEFAULT_MAX_BODY_BYTES, serve } from "../../serve/server";
+import { DEFAULT_MAX_REQUEST_BYTES, serve } from "../../serve/server";
 import { UsageError } from "../errors";
 import { integerAtLeast, integerIn, numberFlag, parseFlags, positiveNumber } from "../flags";
 import { loadModel } from "../load-model";
@@ -16,7 +16,7 @@ const FLAGS = {
   "api-key": { type: "string" },
   "model-id": { type: "string" },
   "max-queue": { type: "string" },
-  "max-body-mib": { type: "string" },
+  "max-request-bytes": { type: "string" },
   "prefix-cache": { type: "string" },
   "prefix-cache-mib": { type: "string" },
   help: { type: "boolean", short: "h" },
@@ -44,7 +44,8 @@ Options:
                              MOELENS_API_KEY environment variable; unset: no key)
   --model-id <id>            the model name clients send (default: the folder's name)
   --max-queue <n>            requests that may wait while one generates (default 64); more get 503
-  --max-body-mib <n>         largest request body in MiB (default ${DEFAULT_MAX_BODY_BYTES / 2 ** 20}); larger gets 413
+  --max-request-bytes <n>    largest request body in bytes (default ${DEFAULT_MAX_REQUEST_BYTES}, 8 MiB); a larger
+                             one gets a 413, found while the body streams in
   --prefix-cache <n>         sessions kept for prompts that continue earlier ones (default 8; 0: off)
   --prefix-cache-mib <n>     memory those sessions may take, in MiB (default 2048)
   -h, --help                 this help
@@ -65,7 +66,7 @@ export async function serveCommand(args: string[]): Promise<number> {
     apiKey: v["api-key"] ?? (process.env.MOELENS_API_KEY || undefined),
     modelId: v["model-id"],
     maxQueue: numberFlag("--max-queue", v["max-queue"], integerAtLeast(0)),
-    maxBodyBytes: mebibytes("--max-body-mib", v["max-body-mib"]),
+    maxRequestBytes: numberFlag("--max-request-bytes", v["max-request-bytes"], integerAtLeast(1)),
     prefixCache: {
       entries: numberFlag("--prefix-cache", v["prefix-cache"], integerAtLeast(0)),
       bytes: mebibytes("--prefix-cache-mib", v["prefix-cache-mib"]),
