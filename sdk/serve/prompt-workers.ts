@@ -86,6 +86,7 @@ export class PromptWorkers {
 
   private submit(task: PromptTask, chars: number): Promise<Uint32Array> {
     if (this.closed) return Promise.reject(new Error("the prompt workers are stopped"));
+    if (this.slots.length === 0) return Promise.reject(new Error("no prompt worker is running (they could not be restarted)"));
     return new Promise((resolve, reject) => {
       this.waiting.push({ task, large: chars >= LARGE_TASK_CHARS, resolve, reject });
       this.dispatch();
@@ -100,7 +101,7 @@ export class PromptWorkers {
       if (!idle) return;
       const next = this.waiting[i];
       const largeRunning = this.slots.filter((s) => s.busy?.large).length;
-      if (next.large && largeRunning >= this.size - 1) {
+      if (next.large && largeRunning >= Math.max(1, this.slots.length - 1)) {
         i++;
         continue;
       }
@@ -112,7 +113,10 @@ export class PromptWorkers {
   private runOn(slot: Slot, pending: Pending): void {
     slot.busy = pending;
     const worker = slot.worker;
+    let finished = false;
     const finish = (settle: () => void, replace: boolean) => {
+      if (finished) return;
+      finished = true;
       worker.off("message", onMessage);
       worker.off("exit", onExit);
       settle();
@@ -133,9 +137,11 @@ export class PromptWorkers {
           this.dispatch();
         },
         (e: Error) => {
-          // The tokenizer loaded before, so this is a lasting failure: fail what waits rather than hang.
-          for (const p of this.waiting.splice(0)) p.reject(e);
-          slot.busy = undefined;
+          // The tokenizer loaded before, so this is a lasting failure: drop the slot, and fail what
+          // waits when no worker is left rather than let it hang.
+          this.slots.splice(this.slots.indexOf(slot), 1);
+          if (this.slots.length === 0) for (const p of this.waiting.splice(0)) p.reject(e);
+          else this.dispatch();
         },
       );
     };
@@ -146,7 +152,7 @@ export class PromptWorkers {
     const onExit = (code: number) => finish(() => pending.reject(new Error(`the prompt worker exited (code ${code})`)), true);
     worker.on("message", onMessage);
     worker.on("exit", onExit);
-    worker.send(pending.task);
+    worker.send(pending.task, (e) => e && finish(() => pending.reject(e), true));
   }
 
   private spawn(): Promise<Worker> {
