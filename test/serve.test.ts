@@ -360,6 +360,6 @@ describe("moelens serve (command line)", () => {
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toMatch(/--nope/);
     expect(limit.status).toBe(2);
-    expect(limit.stderr).toContain("--max-request-bytes must be between 1 and");
+    expect(limit.stderr).toContain("--max-request-bytes 0: must be an integer >= 1");
   }, 60_000);
 });
