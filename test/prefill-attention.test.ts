@@ -1,0 +1,99 @@
+// Prefill attention on the GPU backend's flash-attention kernels, end to end through the SDK: the
+// emulator backend at its default precision ("fp16": prefill chunks of at least 16 tokens run the tiled
+// kernels, fp16 operands with fp32 accumulation) against the CPU backend on every fixture. A prompt is
+// prefilled in two chunks, the second continuing the KV cache of the first, then decoded.
+import { expect, test } from "vitest";
+import { load } from "moelens";
+import { fixtureCases, get } from "./helpers/fixtures";
+
+// Both chunks are long enough for the tiled kernels (PREFILL_MIN_TOKENS, shaders/params.h, is 16).
+const FIRST = 16;
+const SECOND = 17;
+const DECODE = 3;
+
+function argmax(a: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < a.length; i++) if (a[i] > a[b]) b = i;
+  return b;
+}
+
+// The gap between the best and second-best logit, relative to the row's standard deviation.
+function confidence(row: Float32Array): number {
+  let best = -Infinity;
+  let second = -Infinity;
+  let sum = 0;
+  let sq = 0;
+  for (const x of row) {
+    if (x > best) [best, second] = [x, best];
+    else if (x > second) second = x;
+    sum += x;
+    sq += x * x;
+  }
+  const mean = sum / row.length;
+  return (best - second) / Math.sqrt(Math.max(sq / row.length - mean * mean, 1e-30));
+}
+
+function maxRelDiff(gpu: Float32Array, cpu: Float32Array): number {
+  let worst = 0;
+  let scale = 0;
+  for (let i = 0; i < cpu.length; i++) {
+    worst = Math.max(worst, Math.abs(gpu[i] - cpu[i]));
+    scale = Math.max(scale, Math.abs(cpu[i]));
+  }
+  return worst / scale;
+}
+
+test.each(fixtureCases())(
+  "$name: fp16 prefill logits and the decoding after them follow the CPU backend",
+  async ({ modelDir, ref, prompts }) => {
+    const [cpu, gpu, exact] = await Promise.all([
+      load(modelDir, { backend: "cpu", threads: 1 }),
+      load(modelDir, { backend: "emulator" }),
+      load(modelDir, { backend: "emulator", precision: "fp32" }),
+    ]);
+    const vocab = cpu.config.vocabSize;
+    const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, FIRST + SECOND);
+    expect(ids.length).toBe(FIRST + SECOND);
+    const logits = async (model: typeof cpu) => {
+      const s = model.session();
+      const a = await s.prefill(ids.slice(0, FIRST), { logits: "all" });
+      const b = await s.prefill(ids.slice(FIRST), { logits: "all" });
+      const all = new Float32Array((FIRST + SECOND) * vocab);
+      all.set(a.logits.data);
+      all.set(b.logits.data, FIRST * vocab);
+      return { session: s, all };
+    };
+    const c = await logits(cpu);
+    const g = await logits(gpu);
+    const x = await logits(exact);
+
+    // Teacher-forced top-1: at >= 99.5 % of positions, and wherever the CPU's top-2 gap exceeds 1 % of
+    // the logits' standard deviation.
+    let agree = 0;
+    for (let t = 0; t < ids.length; t++) {
+      const rc = c.all.subarray(t * vocab, (t + 1) * vocab);
+      const same = argmax(g.all.subarray(t * vocab, (t + 1) * vocab)) === argmax(rc);
+      if (same) agree++;
+      else expect(confidence(rc), `position ${t}: top-1 differs where the CPU is confident`).toBeLessThanOrEqual(0.01);
+    }
+    expect(agree / ids.length).toBeGreaterThanOrEqual(0.995);
+    // Within the fp16 accuracy target, and not the exact kernels (those match the CPU to ~1e-6).
+    const fp16Error = maxRelDiff(g.all, c.all);
+    expect(fp16Error).toBeLessThanOrEqual(1e-2);
+    expect(maxRelDiff(x.all, c.all)).toBeLessThan(1e-4);
+    expect(fp16Error).toBeGreaterThan(maxRelDiff(x.all, c.all));
+
+    // Decoding continues from the cache both prefill chunks left, fed the CPU's greedy tokens: logits
+    // within the accuracy target, the same choice wherever the CPU is confident.
+    let next = argmax(c.all.subarray((ids.length - 1) * vocab));
+    for (let step = 0; step < DECODE; step++) {
+      const dc = (await c.session.decode(next)).logits.data;
+      const dg = (await g.session.decode(next)).logits.data;
+      expect(maxRelDiff(dg, dc), `decode step ${step}`).toBeLessThanOrEqual(1e-2);
+      if (confidence(dc) > 0.01) expect(argmax(dg), `decode step ${step}`).toBe(argmax(dc));
+      next = argmax(dc);
+    }
+    for (const m of [cpu, gpu, exact]) m.dispose();
+  },
+  120_000,
+);
