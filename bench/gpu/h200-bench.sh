@@ -102,6 +102,8 @@ timeout 400 build/cuda/moelens-gpu-bench prefill "$synth" --backend cuda --promp
   --repeat 2 --compare-max 4096 > "$out/prefill.txt" 2>&1 || stamp "prefill FAILED"
 MOELENS_CUDA_PROFILE=1 timeout 200 build/cuda/moelens-gpu-bench prefill "$synth" --backend cuda --prompts 4096 \
   --repeat 1 --compare-max 0 > "$out/prefill-profile.txt" 2>&1 || stamp "prefill profile FAILED"
+MOELENS_CUDA_GRAPH=0 timeout 200 build/cuda/moelens-gpu-bench prefill "$synth" --backend cuda --prompts 16,64,128,512 \
+  --repeat 2 --compare-max 512 > "$out/prefill-no-graphs.txt" 2>&1 || stamp "prefill without graphs FAILED"
 stamp "moelens prefill done"
 stamp "moelens speed"
 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 --decode "$decode" \
