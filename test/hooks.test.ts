@@ -96,7 +96,7 @@ describe("capture by name", () => {
   });
 
   test.runIf(hasMetal)("every hook point on the GPU backend (emulator), with its shape and the CPU's values", async () => {
-    const gpu = await load(t1.modelDir, { backend: "metal" });
+    const gpu = await load(t1.modelDir, { backend: "metal", precision: "fp32" });  // the exact kernels: values compared below
     const [rg, rc] = [await captureEverything(gpu), await captureEverything(model)];
     for (const name of ["embed", "blocks.1.deltanet.state_norm", "blocks.3.attn.probs", "blocks.3.resid_post", "logits"]) {
       const c = rc.cache.get(name).data;
@@ -107,7 +107,7 @@ describe("capture by name", () => {
   });
 
   test.runIf(hasMetal)("edits and hook functions act on the GPU backend (emulator) as on the CPU", async () => {
-    const gpu = await load(t1.modelDir, { backend: "metal" });
+    const gpu = await load(t1.modelDir, { backend: "metal", precision: "fp32" });
     const options = {
       logits: "all" as const,
       edits: [meanAblate("blocks.0.deltanet.head_out", { heads: [2] }), scaleAt("blocks.3.attn.out", 0.5)],

@@ -105,7 +105,7 @@ describe("qwen3_5 (dense)", () => {
 
   for (const backend of ["cpu", "metal"] as const) {
     test.runIf(backend === "cpu" || hasMetal)(`every hook point is captured on the ${backend} backend with its documented shape`, async () => {
-      const m = backend === "cpu" ? hf : await load(path.join(dir, "hf"), { backend });
+      const m = backend === "cpu" ? hf : await load(path.join(dir, "hf"), { backend, precision: "fp32" });  // the exact kernels: values compared below
       const s = m.session();
       await s.prefill(prompt.slice(0, 4));
       const points = m.hookPoints();
