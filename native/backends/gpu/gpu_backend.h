@@ -104,9 +104,6 @@ class GpuBackend final : public Backend {
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
-  // The gated delta rule of a prompt in chunks (ops/deltanet.cpp).
-  void deltanet_chunked(View qkv, View b, View a, View A_log, View dt_bias, View state, int n, const DeltaNetShape& s,
-                        View out, const DeltaNetTrace& trace);
 
   std::unique_ptr<Runtime> runtime_;
   Precision precision_;
@@ -116,7 +113,6 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
   // internal scratch, grown on demand
   std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
-  std::unique_ptr<GpuBuffer> deltanet_chunks_;  // deltanet_chunk_prep's results for deltanet_chunk_scan
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {
