@@ -3,74 +3,6 @@
 
 namespace moelens::gpu_check {
 
-namespace {
-
-// The chunked rule's tolerance: its matrix products take fp16 operands (a relative rounding of 2^-11 each,
-// the state included) accumulated in fp32; the cases below measure 0.6e-3 to 1.1e-3 (outputs, states and
-// the state after one-by-one decoding): about 5 times that.
-constexpr float kDeltaNetChunkTol = 5e-3f;
-
-// Random inputs of the gated delta rule for n tokens, on both backends, and the calls over a range of them.
-struct DeltaNetInputs {
-  DeltaNetShape s;
-  int n;
-  Pair qkv, b, a, A, dt, st, out, tb, td, tn;
-  DeltaNetInputs(Ctx& c, const DeltaNetShape& shape, int tokens) : s(shape), n(tokens) {
-    qkv = c.floats(c.rng.normals(size_t(n) * conv_dim()));
-    b = c.floats(c.rng.normals(size_t(n) * s.value_heads));
-    a = c.floats(c.rng.normals(size_t(n) * s.value_heads));
-    A = c.floats(c.rng.normals(size_t(s.value_heads), 0.5f));
-    dt = c.floats(c.rng.normals(size_t(s.value_heads)));
-    st = c.floats(c.rng.normals(state_size(), 0.1f));
-    out = c.zeros(out_size());
-    tb = c.zeros(size_t(n) * s.value_heads);
-    td = c.zeros(size_t(n) * s.value_heads);
-    tn = c.zeros(size_t(n) * s.value_heads);
-  }
-  size_t conv_dim() const { return size_t(2 * s.key_heads * s.key_dim + s.value_heads * s.value_dim); }
-  size_t state_size() const { return size_t(s.value_heads) * s.key_dim * s.value_dim; }
-  size_t out_size() const { return size_t(n) * s.value_heads * s.value_dim; }
-  std::string describe() const {
-    return std::to_string(s.key_heads) + "/" + std::to_string(s.value_heads) + " heads, dk " + std::to_string(s.key_dim) +
-           ", dv " + std::to_string(s.value_dim) + ", " + std::to_string(n) + " tokens";
-  }
-  // Tokens t0 .. t0+m-1 on both backends.
-  void run(Ctx& c, int t0, int m, bool trace, bool trace_norm) {
-    const size_t t = size_t(t0), H = size_t(s.value_heads);
-    auto call = [&](Backend& be, std::unique_ptr<Buffer> Pair::*side) {
-      DeltaNetTrace tr;
-      if (trace) tr = {View(tb.*side, t * H), View(td.*side, t * H), trace_norm ? View(tn.*side, t * H) : View()};
-      be.deltanet(View(qkv.*side, t * conv_dim()), View(b.*side, t * H), View(a.*side, t * H), View(A.*side),
-                  View(dt.*side), View(st.*side), m, s, View(out.*side, t * H * s.value_dim), tr);
-    };
-    call(c.cpu, &Pair::cpu);
-    call(c.gpu, &Pair::gpu);
-  }
-  void expect_close(Ctx& c, float tol, bool trace, bool trace_norm) {
-    c.expect_close("deltanet out", out, out_size(), tol);
-    c.expect_close("deltanet state", st, state_size(), tol);
-    if (trace) {
-      c.expect_close("deltanet beta", tb, size_t(n) * s.value_heads, 1e-6f);
-      c.expect_close("deltanet decay", td, size_t(n) * s.value_heads, 1e-5f);
-    }
-    if (trace_norm) c.expect_close("deltanet state norm", tn, size_t(n) * s.value_heads, 1e-5f);
-  }
-};
-
-// max |x - y| / max |y| within tol, for two results of the GPU backend.
-void expect_close_gpu(const char* what, const std::vector<float>& x, const std::vector<float>& y, float tol) {
-  float scale = 0.f, worst = 0.f;
-  for (size_t i = 0; i < y.size(); ++i) {
-    scale = std::max(scale, std::fabs(y[i]));
-    if (!(std::fabs(x[i] - y[i]) <= worst)) worst = std::fabs(x[i] - y[i]);
-  }
-  if (!(worst / std::max(scale, 1e-20f) <= tol))
-    throw Failure(std::string(what) + ": relative error " + std::to_string(worst / std::max(scale, 1e-20f)) + " > " +
-                  std::to_string(tol));
-}
-
-}  // namespace
-
 void add_deltanet_cases(Cases& all) {
   const CaseAdder add{all};
 
@@ -148,61 +80,6 @@ void add_deltanet_cases(Cases& all) {
           }
         });
 
-
-  // Prompts: at PREFILL_MIN_TOKENS tokens and above the chunked rule (deltanet_chunk_prep, then
-  // deltanet_chunk_scan) unless the state norm is traced. fp16 operands in the matrix products:
-  // kDeltaNetChunkTol (below) against the fp32 CPU reference.
-  struct ChunkShape {
-    int kh, vh, dk, dv, n;
-    bool trace;  // β and decay (the state norm takes the token-by-token kernel, case below)
-  };
-  // The model's key_dim = value_dim = 128 and small ones; one chunk and a token (65), positions across two
-  // chunk boundaries (130), a group of 3 value heads per key head, and a prompt over several passes (1100).
-  for (ChunkShape d : {ChunkShape{2, 4, 32, 16, int(PREFILL_MIN_TOKENS), false}, ChunkShape{1, 1, 128, 128, 65, true},
-                       ChunkShape{1, 3, 16, 48, 70, false}, ChunkShape{1, 2, 32, 16, 130, true},
-                       ChunkShape{1, 1, 16, 16, 1100, false}})
-    add("deltanet chunked " + std::to_string(d.vh) + "x" + std::to_string(d.dk) + "x" + std::to_string(d.dv) + " n" +
-            std::to_string(d.n) + (d.trace ? " traced" : ""),
-        [d](Ctx& c) {
-          DeltaNetInputs in(c, {d.kh, d.vh, d.dk, d.dv, 1e-6f}, d.n);
-          c.shape = in.describe();
-          in.run(c, 0, d.n, d.trace, false);
-          in.expect_close(c, kDeltaNetChunkTol, d.trace, false);
-        });
-
-  add("deltanet chunked n20 state norm traced", [](Ctx& c) {
-    DeltaNetInputs in(c, {2, 4, 32, 16, 1e-6f}, 20);
-    c.shape = in.describe() + ", state norm traced";
-    in.run(c, 0, 20, true, true);
-    in.expect_close(c, 1e-4f, true, true);  // the token-by-token kernel: its own tolerance
-  });
-
-  // Two calls: the second continues from the state the first left (positions cross chunk boundaries).
-  add("deltanet chunked two calls", [](Ctx& c) {
-    DeltaNetInputs in(c, {1, 2, 64, 32, 1e-6f}, 130);
-    c.shape = in.describe() + " in calls of 70 and 60";
-    in.run(c, 0, 70, false, false);
-    in.run(c, 70, 60, false, false);
-    in.expect_close(c, kDeltaNetChunkTol, false, false);
-  });
-
-  // The state after a chunked prefill against the state after the same tokens one by one, both on the GPU.
-  add("deltanet chunked state vs one by one", [](Ctx& c) {
-    const DeltaNetShape s{1, 1, 128, 128, 1e-6f};
-    const int n = 70;
-    DeltaNetInputs in(c, s, n);
-    c.shape = in.describe() + ", then one by one";
-    Pair st2 = c.floats(c.read_gpu(in.st, in.state_size())), out2 = c.zeros(in.out_size());
-    in.run(c, 0, n, false, false);
-    for (int t = 0; t < n; ++t)
-      c.gpu.deltanet(View(in.qkv.gpu, size_t(t) * in.conv_dim()), View(in.b.gpu, size_t(t) * s.value_heads),
-                     View(in.a.gpu, size_t(t) * s.value_heads), View(in.A.gpu), View(in.dt.gpu), View(st2.gpu), 1, s,
-                     View(out2.gpu, size_t(t) * s.value_heads * s.value_dim), DeltaNetTrace{});
-    expect_close_gpu("state, chunked vs one by one", c.read_gpu(in.st, in.state_size()), c.read_gpu(st2, in.state_size()),
-                     kDeltaNetChunkTol);
-    expect_close_gpu("out, chunked vs one by one", c.read_gpu(in.out, in.out_size()), c.read_gpu(out2, in.out_size()),
-                     kDeltaNetChunkTol);
-  });
 }
 
 }  // namespace moelens::gpu_check

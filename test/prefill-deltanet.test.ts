@@ -1,0 +1,113 @@
+// DeltaNet prefill on the GPU backend's tiled path (fp16, the default precision: the token-parallel conv),
+// end to end on the CPU emulator (and on a Mac's GPU), against the CPU backend on each fixture's longest
+// prompt, cut to 70 tokens (past PREFILL_MIN_TOKENS and a 64-token chunk): the logits of every position,
+// then decoding from the conv and DeltaNet states the prefill left.
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { describe, expect, test } from "vitest";
+import { load } from "moelens";
+import { native } from "../sdk/native";
+import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
+
+const params = fs.readFileSync(path.resolve(__dirname, "..", "shaders", "params.h"), "utf8");
+const prefillMinTokens = Number(/#define PREFILL_MIN_TOKENS (\d+)u/.exec(params)![1]);
+
+function rowStats(row: Float32Array) {
+  let best = 0;
+  let second = -1;
+  let sum = 0;
+  let sum2 = 0;
+  for (let i = 0; i < row.length; i++) {
+    sum += row[i];
+    sum2 += row[i] * row[i];
+    if (i === 0) continue;
+    if (row[i] > row[best]) [second, best] = [best, i];
+    else if (second < 0 || row[i] > row[second]) second = i;
+  }
+  const mean = sum / row.length;
+  const std = Math.sqrt(Math.max(0, sum2 / row.length - mean * mean));
+  return { best, gap: row[best] - row[second], std };
+}
+
+function argmax(row: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < row.length; i++) if (row[i] > row[b]) b = i;
+  return b;
+}
+
+// Top-1 of the GPU against the CPU over rows: the share that agrees, and the rows that disagree although
+// the CPU's top-2 gap exceeds 1 % of its logits' std.
+function compareTop1(gpu: Float32Array, cpu: Float32Array, vocab: number) {
+  let agree = 0;
+  const confidentMisses: number[] = [];
+  const rows = cpu.length / vocab;
+  for (let r = 0; r < rows; r++) {
+    const c = rowStats(cpu.subarray(r * vocab, (r + 1) * vocab));
+    const g = argmax(gpu.subarray(r * vocab, (r + 1) * vocab));
+    if (g === c.best) agree++;
+    else if (c.gap > 0.01 * c.std) confidentMisses.push(r);
+  }
+  return { share: agree / rows, confidentMisses };
+}
+
+const promptTokens = 70;
+const promptLength = (c: FixtureCase, p: string) => get(c.ref, `${p}.input_ids`).data.length;
+const fixtures = fixtureCases()
+  .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
+  .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
+// On Linux the metal backend is the mock runtime over the same emulator: only a Mac adds a device.
+const backends = ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? ["metal"] : [])];
+const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
+
+test("the fixtures have prompts on the tiled path", () => {
+  expect(fixtures.length).toBeGreaterThan(0);
+});
+
+describe.each(cases)("DeltaNet prefill on $backend (fp16), $name", ({ modelDir, ref, prompts, backend }) => {
+  test("logits of every position, then decoding from the prefilled state, follow the CPU backend", async () => {
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend })]);
+    expect(gpu.info.precision).toBe("fp16");
+    const vocab = cpu.config.vocabSize;
+    for (const prompt of prompts) {
+      const ids = Array.from(get(ref, `${prompt}.input_ids`).data).slice(0, promptTokens);
+      const sc = cpu.session();
+      const sg = gpu.session();
+      const rc = await sc.prefill(ids, { logits: "all" });
+      const rg = await sg.prefill(ids, { logits: "all" });
+      const top1 = compareTop1(rg.logits.data, rc.logits.data, vocab);
+      expect(top1.share, `${prompt}: top-1 agreement`).toBeGreaterThanOrEqual(0.995);
+      expect(top1.confidentMisses, `${prompt}: confident positions that disagree`).toEqual([]);
+
+      // The conv and DeltaNet states the prefill left: decode (the token-by-token kernels) continues from them.
+      let next = argmax(rc.logits.data.subarray((ids.length - 1) * vocab));
+      for (let step = 0; step < 4; step++) {
+        const dc = await sc.decode(next);
+        const dg = await sg.decode(next);
+        const t = compareTop1(dg.logits.data, dc.logits.data, vocab);
+        expect(t.confidentMisses, `${prompt}: decode step ${step}`).toEqual([]);
+        next = argmax(dc.logits.data);
+      }
+    }
+    cpu.dispose();
+    gpu.dispose();
+  });
+});
+
+describe("DeltaNet traces on the prompt path (fp16)", () => {
+  const { modelDir, ref, prompts } = fixtures[0];
+
+  test("β, decay and the state norm match the CPU backend", async () => {
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "emulator" })]);
+    const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, prefillMinTokens + 4);
+    const rc = await cpu.session().prefill(ids, { capture: ["deltanet"] });
+    const rg = await gpu.session().prefill(ids, { capture: ["deltanet"] });
+    for (const key of ["beta", "decay", "stateNorm"] as const) {
+      const c = rc.deltanet![key].data;
+      const g = rg.deltanet![key].data;
+      expect(g.length, key).toBe(c.length);
+      for (let i = 0; i < c.length; i++) expect(Math.abs(g[i] - c[i]), `${key}[${i}]`).toBeLessThanOrEqual(1e-4 * Math.max(1, Math.abs(c[i])));
+    }
+    cpu.dispose();
+    gpu.dispose();
+  });
+});
