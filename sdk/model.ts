@@ -26,9 +26,10 @@ export type BackendName = "cpu" | "emulator" | "metal" | "cuda";
  * the parity tolerance. See docs/performance.md, "Integer activations". Dense (bf16/f16/f32) weights
  * are fp32 in every mode.
  *
- * The GPU backends: "fp16" (default): prefill chunks run on the tiled matrix kernels with fp16 operands
- * and fp32 accumulation (decode keeps the exact kernels); "fp32": every call on the exact fp32 kernels,
- * within 1e-4 of the CPU backend's logits. See docs/metal.md, "Precision". */
+ * The GPU backends: "fp32" (default): every call on the exact kernels, within 1e-4 of the CPU backend's
+ * logits. "fp16": prompt chunks on the tiled matrix kernels (fp16 operands, fp32 accumulation; decode
+ * keeps the exact kernels), several times faster at long prompts, reduced precision. See docs/metal.md,
+ * "Precision". */
 export const precisions = ["fp32", "fp16", "int24", "int16", "int8"] as const;
 export type Precision = (typeof precisions)[number];
 
@@ -37,7 +38,7 @@ export interface LoadOptions {
   backend?: BackendName;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
-  /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp16" (default) or "fp32". */
+  /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp32" (default, exact) or "fp16" (fast prompts, reduced precision). */
   precision?: Precision;
   /** Tokens per forward chunk of a long prompt (default: 512 on the CPU, 4,096 on a GPU): scratch memory
    * grows with it, and a GPU reads each expert's weights once per chunk. Results do not depend on it. */
@@ -132,7 +133,7 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   }
   const backend = options.backend ?? "cpu";
   const threads = options.threads ?? defaultThreads(resolved);
-  const precision = options.precision ?? (backend === "cpu" ? "fp32" : "fp16");
+  const precision = options.precision ?? "fp32";
   if (!precisions.includes(precision)) {
     throw new Error(`precision must be one of ${precisions.map((p) => JSON.stringify(p)).join(", ")}; got ${JSON.stringify(precision)}`);
   }

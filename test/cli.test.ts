@@ -82,7 +82,7 @@ describe("moelens CLI", () => {
       [["generate", "--think", "--no-think", "x"], "--think and --no-think exclude each other"],
       [["generate", "--emulator", "x"], "--emulator: goes with --backend metal"],
       [["generate", ...modelFlags(), "--backend", "warp", "x"], `--backend warp: unknown (available: ${native().backends().join(", ")})`],
-      [["generate", ...modelFlags(), "--precision", "int4", "x"], "--precision int4: must be one of fp32, int24, int16, int8"],
+      [["generate", ...modelFlags(), "--precision", "int4", "x"], "--precision int4: must be one of fp32, fp16, int24, int16, int8"],
       [["generate", "--model", "/nonexistent", "x"], "--model /nonexistent: no such folder"],
       [["generate", ...modelFlags(), "--max-tokens", "4093", "The jury said"], "--max-tokens 4093: the model's context holds 4096 tokens and the prompt takes 4, so at most 4092"],
       [["chat", ...modelFlags(), "stray"], "chat takes no arguments; type the messages at its prompt"],

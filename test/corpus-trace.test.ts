@@ -156,7 +156,7 @@ describe("moelens trace", () => {
       [`{"text": "ok"}\n${JSON.stringify({ text: "7 ".repeat(5000) })}\n`, [], 1, /bad\.jsonl:2: \d+ tokens, more than the model's context \(4096\)/],
       ["\n\n", [], 1, /bad\.jsonl: no prompts/],
       ['{"text": "ok"}\n', ["--capture", "router,experts"], 2, /--capture experts: unknown \(known: router, residual, residual-mid, deltanet, attention-gate\)/],
-      ['{"text": "ok"}\n', ["--shard-tokens", "0"], 2, /--shard-tokens must be >= 1, got 0/],
+      ['{"text": "ok"}\n', ["--shard-tokens", "0"], 2, /--shard-tokens 0: must be an integer >= 1/],
     ];
     for (const [content, extra, status, message] of cases) {
       fs.writeFileSync(bad, content);

@@ -24,7 +24,7 @@ std::unique_ptr<Backend> make_unconfigured(const std::string& name, const Backen
   }
   for (const std::string& r : gpu::runtime_names()) {
     if (r != name) continue;
-    gpu::Precision p = gpu::Precision::F16;
+    gpu::Precision p = gpu::Precision::F32;
     cpu::Precision cpu_mode;
     if (!o.precision.empty() && !gpu::parse_precision(o.precision, &p)) {
       if (cpu::parse_precision(o.precision, &cpu_mode))

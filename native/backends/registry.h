@@ -14,7 +14,7 @@ namespace moelens {
 
 struct BackendOptions {
   int threads = 0;                 // cpu: worker threads (0: one per core)
-  // cpu: fp32 (the default), int24, int16 or int8; gpu: fp16 (the default) or fp32; empty: the default
+  // cpu: fp32 (the default), int24, int16 or int8; gpu: fp32 (the default) or fp16; empty: the default
   std::string precision;
   int prefill_chunk = 0;  // tokens per forward chunk of a long prompt (0: the backend's default)
   // emulator: thread order of the kernels (forward, reverse, random) and its seed
