@@ -39,9 +39,10 @@ class GpuWeight final : public Weight {
   std::unique_ptr<GpuBuffer> data, scales, biases;  // scales/biases only when quantized
 };
 
-// How prefill chunks multiply: F16 (the default) runs chunks of at least PREFILL_MIN_TOKENS tokens
-// (shaders/params.h) on the tiled kernels: activations and dequantised weights enter the matrix units as
-// fp16, with fp32 accumulation. F32 runs every call on the exact fp32 kernels that decode uses.
+// How prefill chunks multiply: F32 (what load() gives by default) runs every call on the exact fp32
+// kernels that decode uses; F16 (reduced precision; the constructor's default, which the kernel tests
+// use) runs chunks of at least PREFILL_MIN_TOKENS tokens (shaders/params.h) on the tiled kernels:
+// activations and dequantised weights enter the matrix units as fp16, with fp32 accumulation.
 enum class Precision { F32, F16 };
 bool parse_precision(const std::string& name, Precision* out);  // "fp32", "fp16"
 
