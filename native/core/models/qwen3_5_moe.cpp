@@ -1,10 +1,10 @@
-// qwen3_5_moe (Qwen3.5 / 3.6 MoE): every layer is a Gated DeltaNet or a gated attention sublayer
-// followed by a mixture of experts with a gated shared expert, each with a pre-norm and a residual add.
+// qwen3_5_moe (Qwen3.5 / 3.6 MoE): the hybrid layers (hybrid_plan.h) whose feed-forward is a mixture
+// of experts with a gated shared expert.
 #include <cmath>
 
 #include "../model.h"
+#include "hybrid_plan.h"
 #include "models.h"
-#include "mixers.h"
 
 namespace moelens {
 
@@ -36,44 +36,18 @@ bool covers(const std::vector<int>& positions, int pos) {
   return positions.empty();
 }
 
-class Qwen35MoePlan : public ModelPlan {
+class Qwen35MoePlan : public HybridPlan {
  public:
-  explicit Qwen35MoePlan(const ModelConfig& c) : c_(c) {
-    for (LayerKind k : c.layer_kinds) {
-      LayerParts p;
-      p.deltanet = k == LayerKind::DeltaNet;
-      p.attention = k == LayerKind::Attention;
-      p.moe = true;
-      parts_.push_back(p);
-    }
-  }
-
-  const std::vector<LayerParts>& parts() const override { return parts_; }
+  explicit Qwen35MoePlan(const ModelConfig& c) : HybridPlan(c, FeedForward::Moe) {}
 
   std::unique_ptr<PlanScratch> scratch(Backend& be, int rows) const override {
     return std::make_unique<MoeScratch>(be, c_, rows);
   }
 
-  void layer(const LayerStep& step, PlanScratch& scratch, LayerState& state, int l) const override {
-    auto& s = static_cast<MoeScratch&>(scratch);
-    const LayerResources& W = step.model.layer(l);
-    Backend& be = step.be;
-    const int m = step.m, H = c_.hidden_size;
-    step.hooks.tap(HookId::ResidPre, l, step.h);
-    be.rms_norm(step.h, W.input_norm, m, H, c_.rms_norm_eps, step.x);
-    if (parts_[size_t(l)].deltanet) run_deltanet(step, s, state, W, l);
-    else run_attention(step, s, state, W, l);
-    be.add(step.h, s.mix, size_t(m) * H);
-    step.hooks.tap(HookId::ResidMid, l, step.h);
-    be.rms_norm(step.h, W.post_norm, m, H, c_.rms_norm_eps, step.x);
-    moe(step, s, W, l);
-    be.add(step.h, s.routed, size_t(m) * H);
-    step.hooks.tap(HookId::ResidPost, l, step.h);
-  }
-
  private:
   // Mixture of experts with the gated shared expert: x [m, hidden] -> s.routed.
-  void moe(const LayerStep& step, MoeScratch& s, const LayerResources& W, int l) const {
+  View feed_forward(const LayerStep& step, MixerScratch& scratch, const LayerResources& W, int l) const override {
+    auto& s = static_cast<MoeScratch&>(scratch);
     Backend& be = step.be;
     HookRun& hooks = step.hooks;
     const int m = step.m, E = c_.num_experts, K = c_.experts_per_token, H = c_.hidden_size;
@@ -127,10 +101,8 @@ class Qwen35MoePlan : public ModelPlan {
       be.moe_experts(*W.gate, *W.up, *W.down, step.x, s.route_ids, s.route_weights, m, K, s.routed, shared);
     }
     hooks.tap(HookId::MoeOut, l, s.routed);
+    return View(s.routed);
   }
-
-  const ModelConfig c_;
-  std::vector<LayerParts> parts_;
 };
 
 }  // namespace

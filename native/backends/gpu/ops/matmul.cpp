@@ -12,18 +12,33 @@ static_assert(GEMM_THREADS == 128 && GEMM_TILE_TOKENS == 64 && GEMM_TILE_ROWS ==
 static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0,
               "gemm: the tile loaders give each thread whole runs of 8 columns");
 
-void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
-  shader::GemvParams p{};
+namespace {
+
+// A gemv or gemm kernel's binding indices of job j's weight, scales, biases and output.
+struct JobSlots {
+  int w[GEMV_MAX_JOBS], s[GEMV_MAX_JOBS], b[GEMV_MAX_JOBS], out[GEMV_MAX_JOBS];
+};
+
+constexpr JobSlots kGemvSlots{{k::gemv::w0, k::gemv::w1, k::gemv::w2, k::gemv::w3},
+                              {k::gemv::s0, k::gemv::s1, k::gemv::s2, k::gemv::s3},
+                              {k::gemv::b0, k::gemv::b1, k::gemv::b2, k::gemv::b3},
+                              {k::gemv::out0, k::gemv::out1, k::gemv::out2, k::gemv::out3}};
+constexpr JobSlots kGemmSlots{{k::gemm::w0, k::gemm::w1, k::gemm::w2, k::gemm::w3},
+                              {k::gemm::s0, k::gemm::s1, k::gemm::s2, k::gemm::s3},
+                              {k::gemm::b0, k::gemm::b1, k::gemm::b2, k::gemm::b3},
+                              {k::gemm::out0, k::gemm::out1, k::gemm::out2, k::gemm::out3}};
+
+// Binds the jobs to their slots (unused slots too: bound, never read), describes them and their n
+// tokens in p (GemvParams or GemmParams) and numbers their blocks of `block_rows` rows consecutively:
+// job j's from first[j], `total` in all.
+template <class Launch, class Params>
+void bind_jobs(Launch& call, const JobSlots& at, const Backend::MatmulJob* jobs, size_t count, int n, Params& p,
+               uint* first, uint& total, uint block_rows) {
   p.jobs = u32(count, "jobs");
   p.n = u32(size_t(n), "tokens");
-  Call call(*this, k::gemv::id);
-  const int w_at[] = {k::gemv::w0, k::gemv::w1, k::gemv::w2, k::gemv::w3};
-  const int s_at[] = {k::gemv::s0, k::gemv::s1, k::gemv::s2, k::gemv::s3};
-  const int b_at[] = {k::gemv::b0, k::gemv::b1, k::gemv::b2, k::gemv::b3};
-  const int o_at[] = {k::gemv::out0, k::gemv::out1, k::gemv::out2, k::gemv::out3};
   for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) {
-    if (j >= count) {  // unused slots: bound, never read
-      call.buf(w_at[j], nullptr).buf(s_at[j], nullptr).buf(b_at[j], nullptr).buf(o_at[j], nullptr);
+    if (j >= count) {
+      call.buf(at.w[j], nullptr).buf(at.s[j], nullptr).buf(at.b[j], nullptr).buf(at.out[j], nullptr);
       continue;
     }
     const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
@@ -31,10 +46,18 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
     if (j > 0 && w.desc.cols != p.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
     p.w[j] = w.desc;
     p.cols = w.desc.cols;
-    p.first_block[j] = p.total_blocks;
-    p.total_blocks += ceil_div(w.desc.rows, GEMV_ROWS);
-    call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
+    first[j] = total;
+    total += ceil_div(w.desc.rows, block_rows);
+    call.buf(at.w[j], w.data.get()).buf(at.s[j], w.scales.get()).buf(at.b[j], w.biases.get()).buf(at.out[j], jobs[j].out);
   }
+}
+
+}  // namespace
+
+void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
+  shader::GemvParams p{};
+  Call call(*this, k::gemv::id);
+  bind_jobs(call, kGemvSlots, jobs, count, n, p, p.first_block, p.total_blocks, GEMV_ROWS);
   p.x_vec4 = x.offset % 4 == 0 && p.cols % 4 == 0 ? 1u : 0u;
   size_t min_row_words = SIZE_MAX;
   for (size_t j = 0; j < count; ++j) min_row_words = std::min<size_t>(min_row_words, p.w[j].row_bytes / 4);
@@ -45,27 +68,8 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
 
 void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
   shader::GemmParams p{};
-  p.jobs = u32(count, "jobs");
-  p.n = u32(size_t(n), "tokens");
   Call call(*this, k::gemm::id);
-  const int w_at[] = {k::gemm::w0, k::gemm::w1, k::gemm::w2, k::gemm::w3};
-  const int s_at[] = {k::gemm::s0, k::gemm::s1, k::gemm::s2, k::gemm::s3};
-  const int b_at[] = {k::gemm::b0, k::gemm::b1, k::gemm::b2, k::gemm::b3};
-  const int o_at[] = {k::gemm::out0, k::gemm::out1, k::gemm::out2, k::gemm::out3};
-  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) {
-    if (j >= count) {  // unused slots: bound, never read
-      call.buf(w_at[j], nullptr).buf(s_at[j], nullptr).buf(b_at[j], nullptr).buf(o_at[j], nullptr);
-      continue;
-    }
-    const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
-    if (w.experts) fail("gpu backend: matmul of an expert stack");
-    if (j > 0 && w.desc.cols != p.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
-    p.w[j] = w.desc;
-    p.cols = w.desc.cols;
-    p.first_tile[j] = p.total_tiles;
-    p.total_tiles += ceil_div(w.desc.rows, GEMM_TILE_ROWS);
-    call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
-  }
+  bind_jobs(call, kGemmSlots, jobs, count, n, p, p.first_tile, p.total_tiles, GEMM_TILE_ROWS);
   call.buf(k::gemm::x, x).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, GEMM_TILE_TOKENS))
       .threads(GEMM_THREADS).run();
 }
