@@ -1,7 +1,9 @@
 // Plot builders: the numbers in each figure come from the trace they were built from, labels are
 // escaped, and the HTML fallback draws with plotly.js (run here in a stub DOM; test/notebooks.test.ts
 // draws for real in Chromium).
+import * as fs from "node:fs";
 import * as vm from "node:vm";
+import * as zlib from "node:zlib";
 import { beforeEach, describe, expect, test } from "vitest";
 import {
   AttentionTrace,
@@ -241,11 +243,13 @@ describe("logit lens table", () => {
       [2.5, 3],
       [7.25, 9],
     ]);
+    // Long tokens are cut in their cell (so that neighbours cannot overlap), whole on hover.
     expect(fig.data[0].text).toEqual([
-      ["&lt;|endoftext|&gt;", "t4"],
+      ["&lt;|end…", "t4"],
       ["t3", "↵"],
     ]);
     expect((fig.data[0].customdata as string[][])[1][0]).toBe("t3 (7.25)<br>&lt;|endoftext|&gt; (1.00)");
+    expect((fig.data[0].customdata as string[][])[0][0]).toBe("&lt;|endoftext|&gt; (2.50)<br>t3 (1.00)");
     expect(fig.data[0].y).toEqual([0, 1]);
     expect(fig.data[0].x).toEqual([5, 6]);
     expect(() => logitLensTable([])).toThrow(/no lens rows/);
@@ -266,8 +270,10 @@ describe("Figure display", () => {
     });
     const html1 = first["text/html"] as string;
     const html2 = second["text/html"] as string;
-    expect(html1.length).toBeGreaterThan(5_000_000);
-    expect(html1).toContain('if (typeof window.Plotly === "undefined")');
+    // plotly.min.js gzipped and in base64: about 2 MB.
+    expect(html1.length).toBeGreaterThan(1_500_000);
+    expect(html1.length).toBeLessThan(2_500_000);
+    expect(html1).toContain('if (typeof window.Plotly === "undefined" && !window.moelensPlotlyLoading)');
     expect(html1).toContain("plotly.js v4.1.1");
     expect(html2.length).toBeLessThan(5_000);
     expect(html2).not.toContain("plotly.js v4.1.1");
@@ -302,6 +308,15 @@ describe("Figure display", () => {
     expect(calls[0][0]).toBe(element);
     expect(calls[0][1]).toEqual(fig.data);
     expect(calls[0][2]).toEqual(fig.layout);
+  });
+
+  test("the first figure's library is plotly.min.js, byte for byte, once inflated", () => {
+    const html = figure().toMimeBundle()["text/html"] as string;
+    const packed = /var packed = "([A-Za-z0-9+/=]+)";/.exec(html)![1];
+    const file = require.resolve("plotly.js-dist-min/plotly.min.js");
+    expect(zlib.gunzipSync(Buffer.from(packed, "base64")).equals(fs.readFileSync(file))).toBe(true);
+    // The base64 text cannot end the script element early.
+    expect(html.match(/<\/script>/g)).toHaveLength(2);
   });
 
   test("toHTML is a standalone page with the library", () => {
