@@ -1,10 +1,12 @@
 // The notebooks in notebooks/, executed by Debian's Jupyter (nbconvert) on the installed moelens
 // kernel: no errors and no type errors, the expected rich outputs (Plotly JSON beside its HTML
 // fallback, plotly.js shipped once per notebook), and, exported to HTML, every chart drawn offline by
-// headless Chromium. CI installs jupyter and chromium (.ci/run).
+// headless Chromium (driven by playwright-core, which waits for each chart to report that it drew).
+// CI installs jupyter and chromium (.ci/run).
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import { chromium, type Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { installKernel, uninstallKernel } from "../kernel/install";
 import { JUPYTER, codeCells, joined, jupyterEnv, requireDebianJupyter, run, type Cell, type Output } from "./helpers/jupyter";
@@ -18,29 +20,50 @@ const LIBRARY_MARK = "plotly.js v4.1.1";
 /** The most an executed notebook may weigh: plotly.js (compressed) once, plus its figures. */
 const MAX_EXECUTED_BYTES = 3_000_000;
 
+/** How long a page may take to draw every chart: plotly.js (4.8 MB) is inflated and run first. */
+const DRAW_TIMEOUT_MS = 120_000;
+
+/** What a chart's element of the exported page reports (sdk/plot/plotly-html.ts sets the attributes). */
+interface Chart {
+  drawn: boolean;
+  /** Why it could not draw, or null. */
+  failed: string | null;
+  svg: boolean;
+}
+
 interface Executed {
   cells: Cell[];
   /** Size of the executed .ipynb file. */
   bytes: number;
-  /** Chromium's DOM of the notebook exported to HTML, after its scripts ran. */
-  dom: string;
+  /** The charts of the notebook exported to HTML, in page order, once each settled or the wait ran out. */
+  charts: Chart[];
+  /** Uncaught errors of the page's scripts. */
+  pageErrors: string[];
 }
 
 function requireChromium(): void {
   if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (see .ci/run)`);
 }
 
-// Headless, offline, no profile left behind: what the issue asks for, plus a fresh profile per run.
-const chromiumArgs = (profile: string) => [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--no-first-run",
-  `--user-data-dir=${profile}`,
-  "--virtual-time-budget=20000",
-];
+/** Opens an exported notebook offline and waits until every chart drew or failed (or the wait ran out). */
+async function loadCharts(browser: Browser, file: string): Promise<Pick<Executed, "charts" | "pageErrors">> {
+  const context = await browser.newContext({ offline: true });
+  try {
+    const page = await context.newPage();
+    const pageErrors: string[] = [];
+    page.on("pageerror", (e) => pageErrors.push(String(e)));
+    await page.goto(`file://${file}`, { waitUntil: "load", timeout: 60_000 });
+    const settled = `[...document.querySelectorAll(".moelens-figure")].every((el) => el.hasAttribute("data-moelens-drawn") || el.hasAttribute("data-moelens-failed"))`;
+    // A chart that never settles is named by the test that reads `charts`.
+    await page.waitForFunction(settled, null, { timeout: DRAW_TIMEOUT_MS, polling: 250 }).catch(() => undefined);
+    const charts = await page.$$eval(".moelens-figure", (els) =>
+      els.map((el) => ({ drawn: el.hasAttribute("data-moelens-drawn"), failed: el.getAttribute("data-moelens-failed"), svg: el.querySelector("svg.main-svg") !== null })),
+    );
+    return { charts, pageErrors };
+  } finally {
+    await context.close();
+  }
+}
 
 /** Runs at most n tasks at a time. */
 function limit(n: number): <T>(task: () => Promise<T>) => Promise<T> {
@@ -61,6 +84,7 @@ function limit(n: number): <T>(task: () => Promise<T>) => Promise<T> {
 describe("the notebooks under Jupyter and Chromium", () => {
   let prefix: string;
   let specDir: string;
+  let browser: Promise<Browser>;
   const results = new Map<string, Promise<Executed>>();
 
   // Execute, export to HTML, load in Chromium.
@@ -75,11 +99,8 @@ describe("the notebooks under Jupyter and Chromium", () => {
     const notebook = path.join(prefix, `${name}.ipynb`);
     const html = await run(JUPYTER, ["nbconvert", "--to", "html", notebook, "--output-dir", prefix, "--output", name], env, 60_000, prefix);
     if (html.status !== 0) throw new Error(`nbconvert --to html ${name}: ${html.output.slice(-4000)}`);
-    const page = `file://${path.join(prefix, `${name}.html`)}`;
-    const args = [...chromiumArgs(path.join(prefix, `chromium-${name}`)), "--dump-dom", page];
-    const dom = await run(CHROMIUM, args, env, 90_000, prefix);
-    if (dom.status !== 0) throw new Error(`chromium ${name}: ${dom.output.slice(-4000)}`);
-    return { cells: codeCells(JSON.parse(fs.readFileSync(notebook, "utf8"))), bytes: fs.statSync(notebook).size, dom: dom.output };
+    const { charts, pageErrors } = await loadCharts(await browser, path.join(prefix, `${name}.html`));
+    return { cells: codeCells(JSON.parse(fs.readFileSync(notebook, "utf8"))), bytes: fs.statSync(notebook).size, charts, pageErrors };
   }
 
   beforeAll(() => {
@@ -87,6 +108,10 @@ describe("the notebooks under Jupyter and Chromium", () => {
     requireChromium();
     prefix = fs.mkdtempSync(path.join(os.tmpdir(), "moelens-notebooks-"));
     specDir = installKernel({ prefix });
+    browser = chromium.launch({
+      executablePath: CHROMIUM,
+      args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+    });
     const env = jupyterEnv(prefix);
     // Two at a time, for two cores; each test awaits its own notebook.
     const slot = limit(2);
@@ -99,6 +124,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
 
   afterAll(async () => {
     await Promise.allSettled(results.values());
+    await browser?.then((b) => b.close()).catch(() => undefined);
     if (!prefix) return;
     expect(uninstallKernel({ prefix })).toBe(specDir);
     fs.rmSync(prefix, { recursive: true, force: true });
@@ -132,9 +158,16 @@ describe("the notebooks under Jupyter and Chromium", () => {
     if (figs.length > 0) expect(carriers).toEqual([figs[0]]);
     expect(executed.bytes, `${name}.ipynb executed`).toBeLessThan(MAX_EXECUTED_BYTES);
     // Exported to HTML and opened offline, every figure is drawn as SVG.
-    const drawn = executed.dom.split('id="moelens-figure-').slice(1);
-    expect(drawn).toHaveLength(figs.length);
-    drawn.forEach((piece, i) => expect(piece.includes('class="main-svg"'), `figure ${i + 1} of ${name} has no drawn SVG`).toBe(true));
+    expect(executed.charts, `${name}: charts on the exported page`).toHaveLength(figs.length);
+    const problems = executed.charts.flatMap((chart, i) => {
+      const title = (figs[i].data![PLOTLY] as { layout: { title: { text: string } } }).layout.title.text;
+      const which = `${name}: chart ${i + 1} of ${figs.length} ("${title}")`;
+      if (chart.failed !== null) return [`${which} failed: ${chart.failed}`];
+      if (!chart.drawn) return [`${which} never drew within ${DRAW_TIMEOUT_MS / 1000} s (page errors: ${executed.pageErrors.join("; ") || "none"})`];
+      if (!chart.svg) return [`${which} reported drawn but holds no svg.main-svg`];
+      return [];
+    });
+    expect(problems).toEqual([]);
     return executed;
   }
 

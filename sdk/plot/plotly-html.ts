@@ -24,7 +24,9 @@ function plotlyLibrary(): { version: string; gzipBase64: string } {
 /**
  * The <script> that defines window.Plotly unless a previous output already did (or is doing so).
  * An AMD loader on the page (the classic notebook's require.js) would take plotly.js's UMD bundle
- * as a module, so `define` is hidden while it runs.
+ * as a module, so `define` is hidden while it runs. `window.moelensPlotlyLoading` is true while the
+ * library is being inflated, so that figures keep waiting for it however long that takes; a failure
+ * is kept in `window.moelensPlotlyError`.
  */
 function libraryScript(): string {
   const { version, gzipBase64 } = plotlyLibrary();
@@ -42,6 +44,11 @@ if (typeof window.Plotly === "undefined" && !window.moelensPlotlyLoading) {
       script.textContent = code;
       document.head.appendChild(script);
       window.define = amd;
+      if (typeof window.Plotly === "undefined") throw new Error("plotly.js ran but did not define window.Plotly");
+    }).catch(function (e) {
+      window.moelensPlotlyError = String(e);
+    }).then(function () {
+      window.moelensPlotlyLoading = false;
     });
   })();
 }</script>
@@ -59,17 +66,33 @@ export function resendPlotlyLibrary(): void {
 // JSON inside <script>: "<" escaped so that no string in the data ("</script>") closes the element.
 const scriptJson = (value: unknown) => JSON.stringify(value).replace(/</g, "\\u003c");
 
+/**
+ * Draws once plotly.js is there. The element then records the outcome, which is what a page (or a
+ * test) can wait for: `data-moelens-drawn` when `Plotly.newPlot` resolved, `data-moelens-failed`
+ * with the reason otherwise. Without a library on the page, or one being loaded, it gives up after
+ * 20 s and says why in place of the chart.
+ */
 function drawScript(id: string, spec: FigureSpec): string {
   return `<script type="text/javascript">
 (function () {
   var fig = ${scriptJson(spec)};
-  var tries = 0;
+  var waited = 0;
+  function fail(el, reason) {
+    el.setAttribute("data-moelens-failed", reason);
+    el.textContent = reason;
+  }
   function draw() {
     var el = document.getElementById(${JSON.stringify(id)});
     if (!el) return;
-    if (window.Plotly) { window.Plotly.newPlot(el, fig.data, fig.layout, fig.config); return; }
-    if (++tries < 400) { setTimeout(draw, 50); return; }
-    el.textContent = "plotly.js did not load: the first figure of the notebook carries it. Re-run that cell, or call resendPlotlyLibrary() and re-run this one.";
+    if (window.Plotly) {
+      Promise.resolve()
+        .then(function () { return window.Plotly.newPlot(el, fig.data, fig.layout, fig.config); })
+        .then(function () { el.setAttribute("data-moelens-drawn", ""); }, function (e) { fail(el, "plotly.js could not draw this figure: " + e); });
+      return;
+    }
+    if (window.moelensPlotlyError) return fail(el, "plotly.js did not load: " + window.moelensPlotlyError);
+    if (window.moelensPlotlyLoading || ++waited < 400) { setTimeout(draw, 50); return; }
+    fail(el, "plotly.js did not load: the first figure of the notebook carries it. Re-run that cell, or call resendPlotlyLibrary() and re-run this one.");
   }
   draw();
 })();
