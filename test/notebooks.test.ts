@@ -23,6 +23,13 @@ const MAX_EXECUTED_BYTES = 3_000_000;
 /** How long a page may take to draw every chart: plotly.js (4.8 MB) is inflated and run first. */
 const DRAW_TIMEOUT_MS = 120_000;
 
+/**
+ * How long one notebook's test may wait. Each step of a notebook has its own limit (execution 150 s,
+ * HTML export 60 s, opening the page 60 s, drawing 120 s), which names what was slow; a test also waits
+ * for the notebooks queued before its own (two run at a time), which takes minutes on a busy machine.
+ */
+const NOTEBOOK_TEST_MS = 600_000;
+
 /** What a chart's element of the exported page reports (sdk/plot/plotly-html.ts sets the attributes). */
 interface Chart {
   drawn: boolean;
@@ -185,7 +192,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(String(streams[0].data!["text/html"])).toContain('title="expert ');
     expect(String(streams[1].data!["text/html"])).toMatch(/100 tokens · [\d.]+ tokens\/s · length/);
     expect(all.some((o) => plain(o).startsWith("Loading the model [") && plain(o).includes("100%"))).toBe(true);
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 
   test("02-expert-routing: routing, loads per domain, balance, co-occurrence, consistency", async () => {
     const { cells } = await executedWell("02-expert-routing");
@@ -193,7 +200,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     const load = outputs(cells).find((o) => plain(o).startsWith("ExpertLoad: "));
     expect(load?.data?.[PLOTLY]).toBeDefined();
     expect(String(load?.data?.["text/html"])).toContain("entropy / log E");
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 
   test("03-deltanet-memory: gates, state norms, a snapshot that matches the trace, resets", async () => {
     const { cells } = await executedWell("03-deltanet-memory");
@@ -202,7 +209,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(norms.length).toBeGreaterThan(0);
     for (const [, snap, traced] of norms) expect(Number(snap)).toBeCloseTo(Number(traced), 4);
     expect(figures(cells)).toHaveLength(7);
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 
   test("04-interventions: ablation, forcing, shared expert, steering, patching", async () => {
     const { cells } = await executedWell("04-interventions");
@@ -212,7 +219,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(plain(forcing)).toMatch(new RegExp(`'chosen now': \\[[^\\]]*'${forced}: `));
     const steering = outputs(cells).filter((o) => plain(o).startsWith("[scale "));
     expect(steering.map((o) => plain(o).slice(0, 9))).toEqual(["[scale 0]", "[scale 1]", "[scale 2]"]);
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 
   test("05-lesson: the renormalised router weights are the ones the model used", async () => {
     const { cells } = await executedWell("05-lesson-moe-and-deltanet");
@@ -221,7 +228,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(pairs.length).toBeGreaterThan(0);
     for (const [, renormalised, used] of pairs) expect(Number(renormalised)).toBeCloseTo(Number(used), 3);
     expect(figures(cells)).toHaveLength(5);
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 
   test("07-hooks: a hook function agrees with the built-in edit; a failing hook leaves the session", async () => {
     const { cells } = await executedWell("07-hooks");
@@ -232,7 +239,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(listing).toMatch(/^blocks\.0\.resid_post +\[n, \d+\]/m);
     const rolledBack = result(cells.find((c) => joined(c.source).includes('throw new Error("stop here")'))!);
     expect(plain(rolledBack)).toContain('rejected with "stop here"; the session is still at position 10');
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 
   test("06-corpus-routing: traces a corpus into shards and reads them back with Arrow JS", async () => {
     const { cells } = await executedWell("06-corpus-routing");
@@ -246,7 +253,7 @@ describe("the notebooks under Jupyter and Chromium", () => {
     expect(read).toMatch(/firstToken: \{ prompt_id: 'prose-0', token_text: 'The', layer0Experts: \[ \d+, \d+, \d+, \d+ \] \}/);
     expect(figures(cells)).toHaveLength(2);
     expect(plain(result(cells.find((c) => joined(c.source).includes("const candidates"))!))).toMatch(/'expert \d+ \((prose|code|arithmetic), [\d.]+\)': '"/);
-  }, 200_000);
+  }, NOTEBOOK_TEST_MS);
 });
 
 describe("the committed notebooks", () => {
