@@ -361,6 +361,24 @@ describe("Figure display", () => {
     expect(broken.attributes.get("data-moelens-failed")).toBe("plotly.js did not load: TypeError: DecompressionStream is not defined");
   });
 
+  test("a page that cannot inflate the library records why, so that its figures stop waiting", async () => {
+    const html = figure().toMimeBundle()["text/html"] as string;
+    const loader = /^<script type="text\/javascript">([\s\S]*?)<\/script>/.exec(html)![1];
+    // No DecompressionStream here: the loader fails at once.
+    const window: { moelensPlotlyLoading?: boolean; moelensPlotlyError?: string } = {};
+    vm.runInContext(loader, vm.createContext({ window, atob, Uint8Array, Blob }));
+    expect(window.moelensPlotlyLoading).toBe(false);
+    expect(window.moelensPlotlyError).toMatch(/DecompressionStream is not defined/);
+    // Bytes that are not gzip: the failure comes later, from the stream.
+    const broken: typeof window = {};
+    const garbage = loader.replace(/var packed = "[^"]*";/, `var packed = "${Buffer.from("not gzip").toString("base64")}";`);
+    vm.runInContext(garbage, vm.createContext({ window: broken, atob, Uint8Array, Blob, DecompressionStream, Response }));
+    expect(broken.moelensPlotlyLoading).toBe(true);
+    for (let i = 0; i < 500 && broken.moelensPlotlyLoading; i++) await new Promise((r) => setTimeout(r, 2));
+    expect(broken.moelensPlotlyLoading).toBe(false);
+    expect(broken.moelensPlotlyError).toMatch(/^\w*Error: ./); // the stream's own words: "incorrect header check" in Node
+  });
+
   test("the first figure's library is plotly.min.js, byte for byte, once inflated", () => {
     const html = figure().toMimeBundle()["text/html"] as string;
     const packed = /var packed = "([A-Za-z0-9+/=]+)";/.exec(html)![1];

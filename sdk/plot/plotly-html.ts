@@ -34,22 +34,26 @@ function libraryScript(): string {
 if (typeof window.Plotly === "undefined" && !window.moelensPlotlyLoading) {
   window.moelensPlotlyLoading = true;
   (function () {
-    var packed = "${gzipBase64}";
-    var bytes = Uint8Array.from(atob(packed), function (c) { return c.charCodeAt(0); });
-    var source = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-    new Response(source).text().then(function (code) {
-      var amd = window.define;
-      window.define = undefined;
-      var script = document.createElement("script");
-      script.textContent = code;
-      document.head.appendChild(script);
-      window.define = amd;
-      if (typeof window.Plotly === "undefined") throw new Error("plotly.js ran but did not define window.Plotly");
-    }).catch(function (e) {
-      window.moelensPlotlyError = String(e);
-    }).then(function () {
+    function settle(error) {
+      if (error) window.moelensPlotlyError = String(error);
       window.moelensPlotlyLoading = false;
-    });
+    }
+    try {
+      var packed = "${gzipBase64}";
+      var bytes = Uint8Array.from(atob(packed), function (c) { return c.charCodeAt(0); });
+      var source = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      new Response(source).text().then(function (code) {
+        var amd = window.define;
+        window.define = undefined;
+        var script = document.createElement("script");
+        script.textContent = code;
+        document.head.appendChild(script);
+        window.define = amd;
+        if (typeof window.Plotly === "undefined") throw new Error("plotly.js ran but did not define window.Plotly");
+      }).then(function () { settle(); }, settle);
+    } catch (e) {
+      settle(e); // a browser without DecompressionStream, for example
+    }
   })();
 }</script>
 `;
