@@ -12,8 +12,9 @@ import { loadGenerationConfig, type GenerationConfig } from "./generate/generati
 import { loadTokenizer, type Tokenizer } from "./tokenizer/tokenizer";
 
 /** "cpu" is the reference. "emulator" runs the GPU backend's kernels on the CPU emulator (for tests:
- * slow). "metal" and "cuda" exist where the native build has them (`backends()` lists them); on Linux,
- * "metal" runs the Metal host over a mock Objective-C runtime on the CPU emulator of the kernels. */
+ * slow). "metal" and "cuda" exist where the native build has them (`backends()` of the addon lists
+ * them). Off macOS, "metal" runs the Metal host over a mock Objective-C runtime on the same CPU
+ * emulator, so `load` refuses it unless `emulator: true` asks for that. */
 export type BackendName = "cpu" | "emulator" | "metal" | "cuda";
 
 /** How activations enter the matmuls.
@@ -36,6 +37,9 @@ export type Precision = (typeof precisions)[number];
 export interface LoadOptions {
   /** Compute backend (default "cpu"). */
   backend?: BackendName;
+  /** With backend "metal" off macOS: run the Metal host over its mock runtime on the CPU emulator of the
+   * kernels (a test harness of the host code, far slower than "cpu"). Without it that is refused. */
+  emulator?: boolean;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
   /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp32" (default, exact) or "fp16" (fast prompts, reduced precision). */
@@ -121,6 +125,20 @@ function defaultThreads(dir: string): number {
   return bytes < SMALL_CHECKPOINT_BYTES ? 1 : 0;
 }
 
+// Off macOS the Metal backend runs its kernels on the CPU emulator: a harness for the host code, far
+// slower than the cpu backend, so it runs only when asked for (the CLI's --emulator says the same).
+function checkEmulator(backend: BackendName, emulator: boolean): void {
+  const onMac = process.platform === "darwin";
+  if (backend === "metal" && !onMac && !emulator) {
+    throw new Error(
+      `backend "metal": Metal needs macOS; on ${process.platform}, backend: "emulator" runs the same kernels on the CPU ` +
+        `emulator, a test harness far slower than backend: "cpu" (add emulator: true to run the Metal host over it anyway)`,
+    );
+  }
+  if (emulator && backend !== "metal") throw new Error(`emulator: true goes with backend: "metal"; got backend: ${JSON.stringify(backend)}`);
+  if (emulator && onMac) throw new Error(`emulator: true: on macOS backend "metal" runs on the GPU, not on the emulator`);
+}
+
 /**
  * Loads a checkpoint directory (HF or mlx-community layout); default: the embedded model. Loading the
  * same folder with the same backend, threads and precision again returns the model already loaded in this process
@@ -132,6 +150,7 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
     throw new Error(`${resolved}: not a model directory`);
   }
   const backend = options.backend ?? "cpu";
+  checkEmulator(backend, options.emulator ?? false);
   const threads = options.threads ?? defaultThreads(resolved);
   const precision = options.precision ?? "fp32";
   if (!precisions.includes(precision)) {

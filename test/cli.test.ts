@@ -93,8 +93,8 @@ describe("moelens CLI", () => {
     if (hasMetal && process.platform !== "darwin") {
       cases.push([
         ["generate", ...modelFlags(), "--backend", "metal", "x"],
-        `--backend metal: Metal needs macOS; on ${process.platform} this build runs the Metal kernels on its CPU emulator, ` +
-          "a test harness far slower than --backend cpu (add --emulator to run it anyway)",
+        `--backend metal: Metal needs macOS; on ${process.platform}, --backend emulator runs the same kernels on the CPU ` +
+          "emulator, a test harness far slower than --backend cpu (add --emulator to run the Metal host over it anyway)",
       ]);
     }
     for (const [args, message] of cases) {
@@ -120,6 +120,12 @@ describe("moelens CLI", () => {
     const r = moelens(["info", ...modelFlags(), "--backend", "metal", "--emulator", "--json"]);
     expect(r.status, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout).backend).toBe("metal");
+  });
+
+  it("--backend emulator runs the GPU kernels on the CPU emulator anywhere, as the refusal of metal says", () => {
+    const r = moelens(["info", ...modelFlags(), "--backend", "emulator", "--json"]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).backend).toBe("emulator");
   });
 
   it("defaults to the embedded model, with a clear error while it is missing", () => {

@@ -1,7 +1,8 @@
 // Corpus tracing: `moelens trace` on the embedded model over 200 prompts, killed (SIGKILL) and
 // interrupted (SIGINT) part-way, then resumed: the shards hold every prompt exactly once, token by
 // token, with token text and the same routing as a direct prefill. Memory: the buffered rows never
-// exceed the shard size, however long the prompts.
+// exceed the shard size, however long the prompts, and the tracing process's peak resident memory
+// stays put when the corpus grows fourfold.
 import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -29,10 +30,19 @@ function readManifest(dir: string): CorpusManifest {
   return JSON.parse(fs.readFileSync(path.join(dir, "manifest.json"), "utf8")) as CorpusManifest;
 }
 
+// Loaded before the CLI: prints the process's peak resident set size (getrusage's ru_maxrss) as it exits.
+const REPORT_PEAK_RSS =
+  "data:text/javascript," +
+  encodeURIComponent('import { writeSync } from "node:fs"; process.on("exit", () => writeSync(2, `peak-rss-kib ${process.resourceUsage().maxRSS}\\n`));');
+
 /** Runs `moelens trace`; sends `signal` once `afterShards` shard lines were printed. */
-function trace(args: string[], stop?: { signal: NodeJS.Signals; afterShards: number }): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; shardsSeen: number }> {
+function trace(
+  args: string[],
+  stop?: { signal: NodeJS.Signals; afterShards: number },
+  nodeFlags: string[] = [],
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; shardsSeen: number }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, "trace", ...args], { cwd: root, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, [...nodeFlags, bin, "trace", ...args], { cwd: root, stdio: ["ignore", "ignore", "pipe"] });
     let stderr = "";
     let shardsSeen = 0;
     let sent = false;
@@ -212,4 +222,30 @@ describe("moelens trace", () => {
       }
     }
   }, 60_000);
+
+  it("bounds the process's memory: peak RSS of `moelens trace` hardly moves when the corpus grows fourfold", async () => {
+    // ~150 tokens per prompt; residual and residual-mid make each token's captured values 16 KiB.
+    const text = (i: number) => Array.from({ length: 60 }, (_, j) => WORDS[(i * 5 + j * 3) % WORDS.length]).join(" ");
+    const run = async (count: number) => {
+      const prompts = path.join(tmp, `memory-${count}.jsonl`);
+      const out = path.join(tmp, `memory-${count}`);
+      writePrompts(prompts, count, text);
+      const args = ["--prompts", prompts, "--out", out, "--capture", "router,residual,residual-mid", "--shard-tokens", "128", "--threads", "1"];
+      const r = await trace(args, undefined, ["--import", REPORT_PEAK_RSS]);
+      expect(r.code, r.stderr).toBe(0);
+      const manifest = readManifest(out);
+      expect(manifest.complete).toBe(true);
+      const bytesPerToken = manifest.columns.reduce((sum, c) => sum + (c.dims ? 4 * c.dims.reduce((a, b) => a * b, 1) : 0), 0);
+      const peak = Number(/^peak-rss-kib (\d+)$/m.exec(r.stderr)?.[1]) * 1024;
+      return { peak, captured: manifest.tokens * bytesPerToken };
+    };
+    const [small, large] = await Promise.all([run(12), run(48)]);
+    expect(small.peak).toBeGreaterThan(20 * 2 ** 20); // the measurement is there: Node and the model alone take more
+    // The larger corpus adds its captured values (16 KiB a token), over 64 MiB of them. A tracer that kept
+    // them, or the Arrow tables built from them, would grow its peak by at least that much. The bound is a
+    // quarter of it: room for the garbage collector's timing, never for the corpus.
+    const added = large.captured - small.captured;
+    expect(added).toBeGreaterThan(64 * 2 ** 20);
+    expect(large.peak - small.peak, `peak RSS ${small.peak} B for 12 prompts, ${large.peak} B for 48`).toBeLessThan(added / 4);
+  }, 120_000);
 });

@@ -169,5 +169,5 @@ test("precision is validated, is part of the load cache key, and belongs to the 
   expect(await load(embeddedModelDir, { precision: "int8" })).toBe(a);
   expect(await load(embeddedModelDir)).not.toBe(a);
   expect((await load(embeddedModelDir)).info.precision).toBe("fp32");
-  await expect(load(embeddedModelDir, { backend: "metal", precision: "int8" })).rejects.toThrow(/precision 'int8' is a mode of the cpu backend/);
+  await expect(load(embeddedModelDir, { backend: "emulator", precision: "int8" })).rejects.toThrow(/precision 'int8' is a mode of the cpu backend/);
 });

@@ -10,6 +10,8 @@ import { native } from "../sdk/native";
 import { fixtureCases, get } from "./helpers/fixtures";
 
 const hasMetal = (native().backends() as string[]).includes("metal");
+// Off macOS the Metal host runs over the mock runtime only when asked for by name.
+const metal = { backend: "metal", emulator: process.platform !== "darwin" } as const;
 const cases = fixtureCases();
 
 // max |gpu - cpu| over each row, relative to the row's largest |cpu| value.
@@ -40,9 +42,34 @@ test("the native build lists the metal backend", () => {
   expect(hasMetal).toBe(process.arch === "x64" || process.platform === "darwin");
 });
 
+test.runIf(process.platform !== "darwin")("off macOS, load refuses metal unless the emulator is asked for, and names the emulator backend", async () => {
+  const { modelDir } = cases[0];
+  await expect(load(modelDir, { backend: "metal" })).rejects.toThrow(
+    `backend "metal": Metal needs macOS; on ${process.platform}, backend: "emulator" runs the same kernels on the CPU emulator, ` +
+      `a test harness far slower than backend: "cpu" (add emulator: true to run the Metal host over it anyway)`,
+  );
+  await expect(load(modelDir, { backend: "cpu", emulator: true })).rejects.toThrow('emulator: true goes with backend: "metal"; got backend: "cpu"');
+  await expect(load(modelDir, { emulator: true })).rejects.toThrow('emulator: true goes with backend: "metal"; got backend: "cpu"');
+  const emulated = await load(modelDir, { backend: "emulator", precision: "fp32" });
+  expect(emulated.info.backend).toBe("emulator");
+  if (hasMetal) expect((await load(modelDir, { ...metal, precision: "fp32" })).info.backend).toBe("metal");
+});
+
+test("on macOS, emulator: true is refused: metal runs on the GPU there", async () => {
+  const platform = Object.getOwnPropertyDescriptor(process, "platform")!;
+  Object.defineProperty(process, "platform", { value: "darwin" });
+  try {
+    await expect(load(cases[0].modelDir, { backend: "metal", emulator: true })).rejects.toThrow(
+      'emulator: true: on macOS backend "metal" runs on the GPU, not on the emulator',
+    );
+  } finally {
+    Object.defineProperty(process, "platform", platform);
+  }
+});
+
 describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts }) => {
   test("logits at every position and greedy decoding follow the CPU backend", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal", precision: "fp32" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...metal, precision: "fp32" })]);
     expect(gpu.info).toBeDefined();
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 12);
@@ -67,7 +94,7 @@ describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts
   });
 
   test("decodeGreedy (the token stays on the device) chooses what the decode loop chooses", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal", precision: "fp32" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...metal, precision: "fp32" })]);
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 10);
     const loop = cpu.session();
@@ -97,7 +124,7 @@ describe.runIf(hasMetal)("metal: traces, interventions, forks", () => {
 
   test("captures match the CPU backend, in random thread order", async () => {
     process.env.MOELENS_EMU_ORDER = "random";
-    [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "metal", precision: "fp32" })]);
+    [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...metal, precision: "fp32" })]);
     const attnLayer = cpu.config.layerTypes.indexOf("full_attention");
     const options = {
       logits: "all" as const,

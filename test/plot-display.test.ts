@@ -12,6 +12,7 @@ import {
   TokenStream,
   expertBackground,
   resendPlotlyLibrary,
+  type TokenDecoder,
 } from "moelens";
 
 const BRIDGE = Symbol.for("moelens.kernel");
@@ -33,7 +34,7 @@ afterEach(() => {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function router(top1PerLayer: number[]): RouterTrace {
+function router(top1PerLayer: number[], tokenizer?: TokenDecoder): RouterTrace {
   const L = top1PerLayer.length;
   const ids = Int32Array.from(top1PerLayer.flatMap((e) => [e, (e + 1) % 8]));
   return new RouterTrace(
@@ -42,7 +43,7 @@ function router(top1PerLayer: number[]): RouterTrace {
     new Tensor([L, 1, 8], new Float32Array(L * 8)),
     new Tensor([L, 1, 8], new Float32Array(L * 8).fill(1 / 8)),
     new Tensor([L, 1], new Float32Array(L).fill(0.5)),
-    { ids: Int32Array.from([42]), start: 9 },
+    { ids: Int32Array.from([42]), start: 9, tokenizer },
   );
 }
 
@@ -85,6 +86,14 @@ describe("traces", () => {
     const html = b["text/html"] as string;
     expect(html).toContain(`title="expert 5: 0.500&#10;expert 6: 0.500"`.replace("&#10;", "\n"));
     expect(html).toContain(`background: ${expertBackground(3)};">3</span>`);
+    expect(html).toContain('<th style="text-align: right; padding: 2px 6px;">9<br><span style="color: #888;">42</span></th>');
+    expect(html).toContain("header: position and token id");
+  });
+
+  test("RouterTrace: columns named by the token's text when the trace knows its tokenizer, the id on hover", () => {
+    const html = toMimeBundle(router([3, 5], { decode: (ids) => (ids[0] === 42 ? " <b>\n" : "?") }))["text/html"] as string;
+    expect(html).toContain('9<br><span title="token 42" style="color: #888; white-space: pre;"> &lt;b&gt;↵</span>');
+    expect(html).toContain("header: position and token text");
   });
 
   test("ExpertLoad: balance per layer beside the heatmap", () => {

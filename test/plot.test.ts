@@ -1,7 +1,9 @@
 // Plot builders: the numbers in each figure come from the trace they were built from, labels are
 // escaped, and the HTML fallback draws with plotly.js (run here in a stub DOM; test/notebooks.test.ts
 // draws for real in Chromium).
+import * as fs from "node:fs";
 import * as vm from "node:vm";
+import * as zlib from "node:zlib";
 import { beforeEach, describe, expect, test } from "vitest";
 import {
   AttentionTrace,
@@ -241,11 +243,13 @@ describe("logit lens table", () => {
       [2.5, 3],
       [7.25, 9],
     ]);
+    // Long tokens are cut in their cell (so that neighbours cannot overlap), whole on hover.
     expect(fig.data[0].text).toEqual([
-      ["&lt;|endoftext|&gt;", "t4"],
+      ["&lt;|end…", "t4"],
       ["t3", "↵"],
     ]);
     expect((fig.data[0].customdata as string[][])[1][0]).toBe("t3 (7.25)<br>&lt;|endoftext|&gt; (1.00)");
+    expect((fig.data[0].customdata as string[][])[0][0]).toBe("&lt;|endoftext|&gt; (2.50)<br>t3 (1.00)");
     expect(fig.data[0].y).toEqual([0, 1]);
     expect(fig.data[0].x).toEqual([5, 6]);
     expect(() => logitLensTable([])).toThrow(/no lens rows/);
@@ -266,8 +270,10 @@ describe("Figure display", () => {
     });
     const html1 = first["text/html"] as string;
     const html2 = second["text/html"] as string;
-    expect(html1.length).toBeGreaterThan(5_000_000);
-    expect(html1).toContain('if (typeof window.Plotly === "undefined")');
+    // plotly.min.js gzipped and in base64: about 2 MB.
+    expect(html1.length).toBeGreaterThan(1_500_000);
+    expect(html1.length).toBeLessThan(2_500_000);
+    expect(html1).toContain('if (typeof window.Plotly === "undefined" && !window.moelensPlotlyLoading)');
     expect(html1).toContain("plotly.js v4.1.1");
     expect(html2.length).toBeLessThan(5_000);
     expect(html2).not.toContain("plotly.js v4.1.1");
@@ -278,30 +284,108 @@ describe("Figure display", () => {
     expect(figure().toMimeBundle()["text/html"] as string).toContain("plotly.js v4.1.1");
   });
 
-  test("the fallback script draws the figure into its own element once Plotly is there", async () => {
+  /** The fallback script of a figure shown after the library, run against a stub page. */
+  function stubPage(newPlot?: (...args: unknown[]) => unknown) {
     figure().toMimeBundle(); // ships the library
     const fig = figure();
     const html = fig.toMimeBundle()["text/html"] as string;
-    const again = fig.toMimeBundle()["text/html"] as string;
     const id = /<div id="([^"]+)"/.exec(html)![1];
-    expect(again).not.toContain(id); // shown twice: two elements
     const script = /<script type="text\/javascript">([\s\S]*)<\/script>/.exec(html)![1];
-    const element = { id, textContent: "" };
+    const attributes = new Map<string, string>();
+    const element = { id, textContent: "", setAttribute: (name: string, value: string) => attributes.set(name, value) };
     const calls: unknown[][] = [];
-    const window: { Plotly?: { newPlot(...args: unknown[]): void } } = {};
+    const window: { Plotly?: { newPlot(...args: unknown[]): unknown }; moelensPlotlyLoading?: boolean; moelensPlotlyError?: string } = {};
+    let polls = 0;
+    const plotly = { newPlot: (...args: unknown[]) => (calls.push(args), newPlot?.(...args)) };
     const context = vm.createContext({
       window,
+      Promise,
       document: { getElementById: (x: string) => (x === id ? element : null) },
-      setTimeout: (f: () => void) => setTimeout(f, 1),
+      setTimeout: (f: () => void) => (polls++, setTimeout(f, 0)),
     });
-    vm.runInContext(script, context);
-    expect(calls).toHaveLength(0); // plotly.js not loaded yet: it waits
-    window.Plotly = { newPlot: (...args) => calls.push(args) };
-    await new Promise((r) => setTimeout(r, 30));
-    expect(calls).toHaveLength(1);
-    expect(calls[0][0]).toBe(element);
-    expect(calls[0][1]).toEqual(fig.data);
-    expect(calls[0][2]).toEqual(fig.layout);
+    const settled = () => attributes.has("data-moelens-drawn") || attributes.has("data-moelens-failed");
+    const until = async (done: () => boolean) => {
+      for (let i = 0; i < 5000 && !done(); i++) await new Promise((r) => setTimeout(r, 1));
+    };
+    return { fig, html, id, element, attributes, calls, window, plotly, settled, until, polls: () => polls, run: () => vm.runInContext(script, context) };
+  }
+
+  test("the fallback script draws the figure into its own element once Plotly is there, then marks it drawn", async () => {
+    const page = stubPage(async () => undefined);
+    const again = page.fig.toMimeBundle()["text/html"] as string;
+    expect(again).not.toContain(page.id); // shown twice: two elements
+    page.run();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(page.calls).toHaveLength(0); // plotly.js not loaded yet: it waits
+    expect(page.settled()).toBe(false);
+    page.window.Plotly = page.plotly;
+    await page.until(page.settled);
+    expect(page.calls).toHaveLength(1);
+    expect(page.calls[0][0]).toBe(page.element);
+    expect(page.calls[0][1]).toEqual(page.fig.data);
+    expect(page.calls[0][2]).toEqual(page.fig.layout);
+    expect([...page.attributes]).toEqual([["data-moelens-drawn", ""]]);
+  });
+
+  test("a figure Plotly cannot draw is marked failed, with the reason", async () => {
+    const page = stubPage(() => Promise.reject(new Error("bad trace")));
+    page.window.Plotly = page.plotly;
+    page.run();
+    await page.until(page.settled);
+    expect([...page.attributes]).toEqual([["data-moelens-failed", "plotly.js could not draw this figure: Error: bad trace"]]);
+    expect(page.element.textContent).toContain("bad trace");
+  });
+
+  test("figures wait as long as the library is being loaded, and give up only when nothing loads it", async () => {
+    const loading = stubPage(async () => undefined);
+    loading.window.moelensPlotlyLoading = true;
+    loading.run();
+    // 400 polls is where a page without a loading library gives up; this one keeps waiting.
+    await loading.until(() => loading.polls() > 1000);
+    expect(loading.polls()).toBeGreaterThan(1000);
+    expect(loading.settled()).toBe(false);
+    loading.window.Plotly = loading.plotly;
+    loading.window.moelensPlotlyLoading = false;
+    await loading.until(loading.settled);
+    expect(loading.attributes.has("data-moelens-drawn")).toBe(true);
+
+    const absent = stubPage();
+    absent.run();
+    await absent.until(absent.settled);
+    expect(absent.attributes.get("data-moelens-failed")).toMatch(/^plotly\.js did not load: the first figure of the notebook carries it/);
+
+    const broken = stubPage();
+    broken.window.moelensPlotlyError = "TypeError: DecompressionStream is not defined";
+    broken.run();
+    await broken.until(broken.settled);
+    expect(broken.attributes.get("data-moelens-failed")).toBe("plotly.js did not load: TypeError: DecompressionStream is not defined");
+  });
+
+  test("a page that cannot inflate the library records why, so that its figures stop waiting", async () => {
+    const html = figure().toMimeBundle()["text/html"] as string;
+    const loader = /^<script type="text\/javascript">([\s\S]*?)<\/script>/.exec(html)![1];
+    // No DecompressionStream here: the loader fails at once.
+    const window: { moelensPlotlyLoading?: boolean; moelensPlotlyError?: string } = {};
+    vm.runInContext(loader, vm.createContext({ window, atob, Uint8Array, Blob }));
+    expect(window.moelensPlotlyLoading).toBe(false);
+    expect(window.moelensPlotlyError).toMatch(/DecompressionStream is not defined/);
+    // Bytes that are not gzip: the failure comes later, from the stream.
+    const broken: typeof window = {};
+    const garbage = loader.replace(/var packed = "[^"]*";/, `var packed = "${Buffer.from("not gzip").toString("base64")}";`);
+    vm.runInContext(garbage, vm.createContext({ window: broken, atob, Uint8Array, Blob, DecompressionStream, Response }));
+    expect(broken.moelensPlotlyLoading).toBe(true);
+    for (let i = 0; i < 500 && broken.moelensPlotlyLoading; i++) await new Promise((r) => setTimeout(r, 2));
+    expect(broken.moelensPlotlyLoading).toBe(false);
+    expect(broken.moelensPlotlyError).toMatch(/^\w*Error: ./); // the stream's own words: "incorrect header check" in Node
+  });
+
+  test("the first figure's library is plotly.min.js, byte for byte, once inflated", () => {
+    const html = figure().toMimeBundle()["text/html"] as string;
+    const packed = /var packed = "([A-Za-z0-9+/=]+)";/.exec(html)![1];
+    const file = require.resolve("plotly.js-dist-min/plotly.min.js");
+    expect(zlib.gunzipSync(Buffer.from(packed, "base64")).equals(fs.readFileSync(file))).toBe(true);
+    // The base64 text cannot end the script element early.
+    expect(html.match(/<\/script>/g)).toHaveLength(2);
   });
 
   test("toHTML is a standalone page with the library", () => {

@@ -5,7 +5,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, test } from "vitest";
-import { load } from "moelens";
+import { load, type BackendName } from "moelens";
 import { native } from "../sdk/native";
 import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
 
@@ -56,7 +56,7 @@ const fixtures = fixtureCases()
   .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
   .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
 // On Linux the metal backend is the mock runtime over the same emulator: only a Mac adds a device.
-const backends = ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? ["metal"] : [])];
+const backends: BackendName[] = ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? (["metal"] as const) : [])];
 const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
 
 test("the fixtures have prompts on the tiled path", () => {

@@ -20,10 +20,11 @@ Usage:
 Model:
   --model <dir>              checkpoint folder, HF or mlx-community layout
                              (default: the embedded model, ${embeddedModelDir})
-  --backend <name>           compute backend: cpu (default), or metal / cuda where this build has
-                             them; off macOS, metal runs only with --emulator
-  --emulator                 with --backend metal off macOS: run the Metal kernels on the CPU
-                             emulator (a test harness, far slower than cpu)
+  --backend <name>           compute backend: cpu (default); emulator (the GPU kernels on the CPU
+                             emulator, a test harness far slower than cpu); metal / cuda where
+                             this build has them; off macOS, metal runs only with --emulator
+  --emulator                 with --backend metal off macOS: run the Metal host over its mock
+                             runtime on the CPU emulator (a test harness, far slower than cpu)
   --threads <n>              CPU threads (default: all cores)
   --precision <p>            fp32 (default: exact), int24 (cpu backend: integer activations for
                              quantized weights, within the parity tests, faster decode), int16 or

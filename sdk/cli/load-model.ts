@@ -25,7 +25,7 @@ export async function loadModel(options: ModelFlags): Promise<Model> {
   checkEmulator(options);
   const bar = progressBar(process.stderr, `loading ${path.basename(dir)}`);
   try {
-    return await load(dir, { backend: options.backend, threads: options.threads, precision: options.precision, onProgress: bar?.update });
+    return await load(dir, { backend: options.backend, emulator: options.emulator, threads: options.threads, precision: options.precision, onProgress: bar?.update });
   } finally {
     bar?.end();
   }
@@ -37,8 +37,8 @@ function checkEmulator(options: ModelFlags): void {
   const onMac = process.platform === "darwin";
   if (options.backend === "metal" && !onMac && !options.emulator) {
     throw new UsageError(
-      `--backend metal: Metal needs macOS; on ${process.platform} this build runs the Metal kernels on its CPU emulator, ` +
-        "a test harness far slower than --backend cpu (add --emulator to run it anyway)",
+      `--backend metal: Metal needs macOS; on ${process.platform}, --backend emulator runs the same kernels on the CPU ` +
+        "emulator, a test harness far slower than --backend cpu (add --emulator to run the Metal host over it anyway)",
     );
   }
   if (options.emulator && onMac) throw new UsageError("--emulator: on macOS --backend metal runs on the GPU, not on the emulator");

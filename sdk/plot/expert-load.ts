@@ -54,7 +54,7 @@ export function expertLoadHeatmap(load: ExpertLoad, options: ExpertLoadHeatmapOp
       title: { text: title },
       xaxis: { title: { text: "expert" }, dtick: experts <= 64 ? 1 : undefined },
       yaxis: { title: { text: "layer" }, autorange: "reversed", dtick: 1 },
-      height: Math.min(900, 160 + 22 * layers),
+      height: Math.min(1000, 260 + 36 * layers),
     },
   );
 }

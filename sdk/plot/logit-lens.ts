@@ -12,6 +12,9 @@ export interface LogitLensTableOptions {
   title?: string;
 }
 
+/** Characters of a predicted token shown in its cell. */
+const MAX_CELL_CHARS = 6;
+
 /** The lens grid of `session.logitLens(...)`: cell text = top-1 token, color = top-1 logit. */
 export function logitLensTable(rows: LensTop[], options: LogitLensTableOptions = {}): Figure {
   if (rows.length === 0) throw new Error("logitLensTable: no lens rows");
@@ -21,6 +24,12 @@ export function logitLensTable(rows: LensTop[], options: LogitLensTableOptions =
     throw new RangeError(`logitLensTable: ${options.labels.length} labels given for ${positions.length} positions`);
   }
   const name = (id: number) => plotlyText(options.tokenizer ? visibleToken(options.tokenizer.decode([id])) : String(id));
+  // A cell is narrow: long tokens are cut so that neighbouring cells' text cannot overlap (hover shows it whole).
+  const cellText = (id: number) => {
+    const text = options.tokenizer ? visibleToken(options.tokenizer.decode([id])) : String(id);
+    const chars = [...text];
+    return plotlyText(chars.length > MAX_CELL_CHARS ? `${chars.slice(0, MAX_CELL_CHARS - 1).join("")}…` : text);
+  };
   const cell = new Map(rows.map((r) => [`${r.layer}:${r.position}`, r]));
   const z: (number | null)[][] = [];
   const text: string[][] = [];
@@ -32,7 +41,7 @@ export function logitLensTable(rows: LensTop[], options: LogitLensTableOptions =
     for (const p of positions) {
       const r = cell.get(`${l}:${p}`);
       zRow.push(r ? compact([r.logits[0]], 3)[0] : null);
-      textRow.push(r ? name(r.ids[0]) : "");
+      textRow.push(r ? cellText(r.ids[0]) : "");
       hoverRow.push(r ? r.ids.map((id, i) => `${name(id)} (${r.logits[i].toFixed(2)})`).join("<br>") : "");
     }
     z.push(zRow);
@@ -63,7 +72,7 @@ export function logitLensTable(rows: LensTop[], options: LogitLensTableOptions =
       title: { text: options.title ?? "Logit lens: the top token after each layer (rows) at each position (columns)" },
       xaxis: tokenAxis(positions, labels, "input token"),
       yaxis: { title: { text: "layer" }, autorange: "reversed", tickmode: "array", tickvals: layers },
-      height: Math.min(1100, 200 + 28 * layers.length),
+      height: Math.min(1200, 260 + 40 * layers.length),
     },
   );
 }

@@ -1,26 +1,62 @@
-// The HTML that draws a figure with plotly.js offline. plotly.js (plotly.js-dist, ~10 MB) travels once:
-// in the first figure's HTML of the process (one kernel = one notebook), guarded so that it defines
-// window.Plotly only where it is not defined yet. Later figures wait for it.
+// The HTML that draws a figure with plotly.js offline. plotly.js (plotly.js-dist-min: 4.8 MB, 1.9 MB
+// once gzipped and base64-encoded) travels once: in the first figure's HTML of the process (one
+// kernel = one notebook), guarded so that it defines window.Plotly only where it is not defined yet.
+// Later figures wait for it. The browser inflates it with DecompressionStream, which keeps an
+// executed notebook small.
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
+import * as path from "node:path";
+import * as zlib from "node:zlib";
 import type { FigureSpec } from "./figure-spec";
 
-let library: string | undefined;
+let library: { version: string; gzipBase64: string } | undefined;
 let libraryShipped = false;
 
-function plotlyLibrary(): string {
+function plotlyLibrary(): { version: string; gzipBase64: string } {
   if (library === undefined) {
-    const file = require.resolve("plotly.js-dist/plotly.js");
-    library = fs.readFileSync(file, "utf8");
-    // The library is inlined in a <script>; these would end it early.
-    if (/<\/script|<!--/i.test(library)) throw new Error(`${file}: contains '</script' or '<!--' and cannot be inlined`);
+    const file = require.resolve("plotly.js-dist-min/plotly.min.js");
+    const { version } = JSON.parse(fs.readFileSync(path.join(path.dirname(file), "package.json"), "utf8")) as { version: string };
+    library = { version, gzipBase64: zlib.gzipSync(fs.readFileSync(file), { level: 9 }).toString("base64") };
   }
   return library;
 }
 
-/** The <script> that defines window.Plotly unless a previous output already did. */
+/**
+ * The <script> that defines window.Plotly unless a previous output already did (or is doing so).
+ * An AMD loader on the page (the classic notebook's require.js) would take plotly.js's UMD bundle
+ * as a module, so `define` is hidden while it runs. `window.moelensPlotlyLoading` is true while the
+ * library is being inflated, so that figures keep waiting for it however long that takes; a failure
+ * is kept in `window.moelensPlotlyError`.
+ */
 function libraryScript(): string {
-  return `<script type="text/javascript">if (typeof window.Plotly === "undefined") {\n${plotlyLibrary()}\n}</script>\n`;
+  const { version, gzipBase64 } = plotlyLibrary();
+  return `<script type="text/javascript">/* plotly.js v${version} (plotly.js-dist-min), gzip, base64 */
+if (typeof window.Plotly === "undefined" && !window.moelensPlotlyLoading) {
+  window.moelensPlotlyLoading = true;
+  (function () {
+    function settle(error) {
+      if (error) window.moelensPlotlyError = String(error);
+      window.moelensPlotlyLoading = false;
+    }
+    try {
+      var packed = "${gzipBase64}";
+      var bytes = Uint8Array.from(atob(packed), function (c) { return c.charCodeAt(0); });
+      var source = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      new Response(source).text().then(function (code) {
+        var amd = window.define;
+        window.define = undefined;
+        var script = document.createElement("script");
+        script.textContent = code;
+        document.head.appendChild(script);
+        window.define = amd;
+        if (typeof window.Plotly === "undefined") throw new Error("plotly.js ran but did not define window.Plotly");
+      }).then(function () { settle(); }, settle);
+    } catch (e) {
+      settle(e); // a browser without DecompressionStream, for example
+    }
+  })();
+}</script>
+`;
 }
 
 /**
@@ -34,17 +70,33 @@ export function resendPlotlyLibrary(): void {
 // JSON inside <script>: "<" escaped so that no string in the data ("</script>") closes the element.
 const scriptJson = (value: unknown) => JSON.stringify(value).replace(/</g, "\\u003c");
 
+/**
+ * Draws once plotly.js is there. The element then records the outcome, which is what a page (or a
+ * test) can wait for: `data-moelens-drawn` when `Plotly.newPlot` resolved, `data-moelens-failed`
+ * with the reason otherwise. Without a library on the page, or one being loaded, it gives up after
+ * 20 s and says why in place of the chart.
+ */
 function drawScript(id: string, spec: FigureSpec): string {
   return `<script type="text/javascript">
 (function () {
   var fig = ${scriptJson(spec)};
-  var tries = 0;
+  var waited = 0;
+  function fail(el, reason) {
+    el.setAttribute("data-moelens-failed", reason);
+    el.textContent = reason;
+  }
   function draw() {
     var el = document.getElementById(${JSON.stringify(id)});
     if (!el) return;
-    if (window.Plotly) { window.Plotly.newPlot(el, fig.data, fig.layout, fig.config); return; }
-    if (++tries < 400) { setTimeout(draw, 50); return; }
-    el.textContent = "plotly.js did not load: the first figure of the notebook carries it. Re-run that cell, or call resendPlotlyLibrary() and re-run this one.";
+    if (window.Plotly) {
+      Promise.resolve()
+        .then(function () { return window.Plotly.newPlot(el, fig.data, fig.layout, fig.config); })
+        .then(function () { el.setAttribute("data-moelens-drawn", ""); }, function (e) { fail(el, "plotly.js could not draw this figure: " + e); });
+      return;
+    }
+    if (window.moelensPlotlyError) return fail(el, "plotly.js did not load: " + window.moelensPlotlyError);
+    if (window.moelensPlotlyLoading || ++waited < 400) { setTimeout(draw, 50); return; }
+    fail(el, "plotly.js did not load: the first figure of the notebook carries it. Re-run that cell, or call resendPlotlyLibrary() and re-run this one.");
   }
   draw();
 })();

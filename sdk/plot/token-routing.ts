@@ -57,7 +57,7 @@ export function tokenRouting(trace: RouterTrace, options: TokenRoutingOptions = 
       title: { text: options.title ?? "Top-1 expert of each token in each layer (color and number: expert id)" },
       xaxis: tokenAxis(positions, labels, "token"),
       yaxis: { title: { text: "layer" }, autorange: "reversed", tickmode: "array", tickvals: layers },
-      height: Math.min(1000, 200 + 26 * layers.length),
+      height: Math.min(1100, 260 + 36 * layers.length),
     },
   );
 }

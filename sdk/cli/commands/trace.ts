@@ -46,6 +46,7 @@ Options:
   --overwrite                remove DIR's manifest and shards and start afresh
   --model <dir>              checkpoint folder (default: the embedded model)
   --backend <name>           compute backend (default: cpu)
+  --emulator                 with --backend metal off macOS: run on the CPU emulator of the kernels
   --threads <n>              CPU threads (default: all cores)
   --precision <p>            fp32 (default), int24, int16 or int8 (docs/performance.md)
   -h, --help                 this help
