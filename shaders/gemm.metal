@@ -7,7 +7,8 @@ using namespace metal;
 // out_j[t, r] = W_j[r] · x[t] for up to GEMV_MAX_JOBS matrices that read the same x [n, cols] (fused
 // projections: one launch). Threadgroup (tile, token tile) computes GEMM_TILE_TOKENS tokens x
 // GEMM_TILE_ROWS rows of one job; its 4 simdgroups take a 32x32 quarter each (2x2). Each K-step
-// converts the x and W tiles to half in threadgroup memory, then multiplies; the epilogue stages each
+// converts the x and W tiles to half in threadgroup memory, issues the next step's reads, then
+// multiplies; the epilogue stages each
 // quarter in threadgroup memory, 8 rows at a time, and writes whole 128-byte row segments.
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void gemm(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                  device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
@@ -20,8 +21,8 @@ using namespace metal;
                  device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
                  uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup half xt[GEMM_TILE_TOKENS * TILE_LD];
-  threadgroup half wt[GEMM_TILE_ROWS * TILE_LD];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS)];
   threadgroup float staging[4u * 8u * STAGING_LD];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   const uint tile = group.x, t0 = GEMM_TILE_TOKENS * group.y;
@@ -35,16 +36,23 @@ using namespace metal;
   device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
   device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
 
+  threadgroup half* xt = (threadgroup half*)x_words;
+  threadgroup half* wt = (threadgroup half*)w_words;
   if (tid < GEMM_TILE_TOKENS) row_of[tid] = min(t0 + tid, p.n - 1u);  // rows past n repeat the last
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   const uint m = sg / 2u, c = sg % 2u;  // this simdgroup's quarter: tokens 32m.., rows 32c..
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const bool x_vec = p.x_vec != 0u;
+  ActivationRuns xr = fetch_activations(x, p.cols, x_vec, row_of, 0u, tid);
+  WeightRuns wr = fetch_weights(w, data, scales, biases, row0, w.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    activation_tile(x, p.cols, row_of, k0, xt, tid);
-    weight_tile(w, data, scales, biases, row0, w.rows, k0, wt, tid);
+    store_activations(xr, p.cols, k0, xt, tid);
+    store_weights(wr, w, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    xr = fetch_activations(x, p.cols, x_vec, row_of, k0 + GEMM_K, tid);  // in flight during the products
+    wr = fetch_weights(w, data, scales, biases, row0, w.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, m, c, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }

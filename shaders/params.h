@@ -134,6 +134,7 @@ struct GemmParams {
   uint n;     // tokens
   uint cols;  // of every matrix, and the row stride of x
   uint total_tiles;
+  uint x_vec;  // x is 16-byte aligned and cols a multiple of 8 (tiles loaded with vector loads)
 };
 
 // out[t] = the embedding row ids[t], dequantized.
@@ -181,6 +182,7 @@ struct MoeTiledParams {
   uint hidden;
   uint shared;
   float shared_scale;
+  uint x_vec;  // x is 16-byte aligned and hidden a multiple of 8 (tiles loaded with vector loads)
 };
 
 struct RouteParams {

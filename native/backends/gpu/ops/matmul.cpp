@@ -66,6 +66,7 @@ void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
     p.total_tiles += ceil_div(w.desc.rows, GEMM_TILE_ROWS);
     call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
   }
+  p.x_vec = x.offset % 4 == 0 && p.cols % 8 == 0 ? 1u : 0u;
   call.buf(k::gemm::x, x).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, GEMM_TILE_TOKENS))
       .threads(GEMM_THREADS).run();
 }
