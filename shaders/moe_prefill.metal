@@ -105,19 +105,20 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
     acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
   const bool x_vec = p.x_vec != 0u;
-  ActivationRuns xr = fetch_activations(x, p.hidden, x_vec, row_of, 0u, tid);
-  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid);
-  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid);
+  ActivationRuns xr = fetch_activations(x, p.hidden, x_vec, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid, GEMM_THREADS);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid, GEMM_THREADS);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
-    store_activations(xr, p.hidden, k0, xt, tid);
-    store_weights(gr, gd, k0, gt, tid);
-    store_weights(ur, ud, k0, ut, tid);
+    store_activations(xr, p.hidden, k0, xt, tid, GEMM_THREADS);
+    store_weights(gr, gd, k0, gt, tid, GEMM_THREADS);
+    store_weights(ur, ud, k0, ut, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    xr = fetch_activations(x, p.hidden, x_vec, row_of, k0 + GEMM_K, tid);  // in flight during the products
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid);
-    tile_products(xt, gt, m, c, acc_g);
-    tile_products(xt, ut, m, c, acc_u);
+    // The next step's reads, in flight during the products.
+    xr = fetch_activations(x, p.hidden, x_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    tile_products(xt, gt, 32u * m, 32u * c, 4u, acc_g);
+    tile_products(xt, ut, 32u * m, 32u * c, 4u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
@@ -180,15 +181,16 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const bool h_vec = dd.cols % 8u == 0u;  // h and sh are whole buffers
-  ActivationRuns xr = fetch_activations(src, dd.cols, h_vec, row_of, 0u, tid);
-  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid);
+  ActivationRuns xr = fetch_activations(src, dd.cols, h_vec, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid, GEMM_THREADS);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
-    store_activations(xr, dd.cols, k0, xt, tid);
-    store_weights(wr, dd, k0, wt, tid);
+    store_activations(xr, dd.cols, k0, xt, tid, GEMM_THREADS);
+    store_weights(wr, dd, k0, wt, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    xr = fetch_activations(src, dd.cols, h_vec, row_of, k0 + GEMM_K, tid);  // in flight during the products
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid);
-    tile_products(xt, wt, m, c, acc);
+    // The next step's reads, in flight during the products.
+    xr = fetch_activations(src, dd.cols, h_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 

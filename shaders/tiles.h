@@ -24,9 +24,9 @@ inline void simdgroup_multiply_accumulate_pair(thread simdgroup_float8x8& d0, th
 // A tile's size in uint4 (tiles are declared as uint4 arrays: 16-byte aligned for the loaders' 16-byte
 // stores, TILE_LD halfs = a whole number of uint4 per row).
 #define TILE_WORDS(rows) ((rows) * TILE_LD / 8u)
-// Runs of 8 columns per tile, and per thread.
-#define TILE_RUNS (GEMM_TILE_ROWS * GEMM_K / 8u)
-#define TILE_RUNS_PER_THREAD (TILE_RUNS / uint(GEMM_THREADS))
+// Runs of 8 columns per thread and tile: the same for the 64-row tiles of GEMM_THREADS and the
+// 128-row tiles of GEMM_WIDE_THREADS (ops/matmul.cpp checks).
+#define TILE_RUNS_PER_THREAD (GEMM_TILE_ROWS * GEMM_K / 8u / uint(GEMM_THREADS))
 
 // A WeightDesc picked out of a parameter struct's array by constant indices (CUDA copies a by-value
 // parameter array indexed at run time into local memory).
@@ -79,10 +79,11 @@ inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float
 
 // The tiles are double-buffered through registers: a K-step's global reads (fetch_*) are issued
 // before the step before it is multiplied and kept raw (no use of a loaded value before the products,
-// so that they are in flight meanwhile); store_* then converts them into the tiles. Thread `tid`
-// holds runs tid, tid + GEMM_THREADS, ...: run q is row q / (GEMM_K / 8), columns 8 (q % (GEMM_K / 8)).
-inline uint run_row(uint tid, uint i) { return (tid + uint(GEMM_THREADS) * i) / (GEMM_K / 8u); }
-inline uint run_column(uint tid, uint i) { return 8u * ((tid + uint(GEMM_THREADS) * i) % (GEMM_K / 8u)); }
+// so that they are in flight meanwhile); store_* then converts them into the tiles. Of the `threads`
+// of the threadgroup, thread `tid` holds runs tid, tid + threads, ...: run q is row q / (GEMM_K / 8),
+// columns 8 (q % (GEMM_K / 8)).
+inline uint run_row(uint tid, uint threads, uint i) { return (tid + threads * i) / (GEMM_K / 8u); }
+inline uint run_column(uint tid, uint threads, uint i) { return 8u * ((tid + threads * i) % (GEMM_K / 8u)); }
 
 // A thread's runs of activations: 8 floats each.
 struct ActivationRuns {
@@ -90,15 +91,15 @@ struct ActivationRuns {
   float4 hi[TILE_RUNS_PER_THREAD];
 };
 
-// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. GEMM_TILE_TOKENS-1] of x [*, cols] (the chunk's
+// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x [*, cols] (the chunk's
 // tokens, or a bucket's rows gathered), clamped to the row. `vec`: x's rows are 16-byte aligned and
 // cols a multiple of 8, so that a run is two 16-byte loads, wholly inside the row or past its end.
 inline ActivationRuns fetch_activations(device const float* x, uint cols, bool vec, threadgroup const uint* row_of,
-                                        uint k0, uint tid) {
+                                        uint k0, uint tid, uint threads) {
   ActivationRuns a;
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, i);
-    device const float* row = x + ulong(row_of[run_row(tid, i)]) * cols;
+    const uint c = k0 + run_column(tid, threads, i);
+    device const float* row = x + ulong(row_of[run_row(tid, threads, i)]) * cols;
     if (vec) {
       device const float4* v = (device const float4*)(row + min(c, cols - 8u));
       const float4 lo = v[0];
@@ -115,12 +116,13 @@ inline ActivationRuns fetch_activations(device const float* x, uint cols, bool v
 }
 
 // The fetched runs into `tile` as half; columns past `cols` are zero.
-inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0, threadgroup half* tile, uint tid) {
+inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0, threadgroup half* tile, uint tid,
+                              uint threads) {
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, i);
+    const uint c = k0 + run_column(tid, threads, i);
     const float4 lo = a.lo[i];
     const float4 hi = a.hi[i];
-    store_run(tile + run_row(tid, i) * TILE_LD + run_column(tid, i), c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f,
+    store_run(tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i), c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f,
               c + 2u < cols ? lo.z : 0.0f, c + 3u < cols ? lo.w : 0.0f, c + 4u < cols ? hi.x : 0.0f,
               c + 5u < cols ? hi.y : 0.0f, c + 6u < cols ? hi.z : 0.0f, c + 7u < cols ? hi.w : 0.0f);
   }
@@ -133,17 +135,17 @@ struct WeightRuns {
   uint raw[TILE_RUNS_PER_THREAD * 4u];
 };
 
-// Weight rows row0 .. row0+GEMM_TILE_ROWS-1 (rows past `rows` repeat the last; their products are
+// Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are
 // never stored), columns k0 .. k0+GEMM_K-1 (clamped to the row). Quantized: a run of 8 columns lies in
 // one group (group sizes are multiples of 16) and in one word (q4) or two (q8).
 inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                device const uchar* biases, uint row0, uint rows, uint k0, uint tid) {
+                                device const uchar* biases, uint row0, uint rows, uint k0, uint tid, uint threads) {
   const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
   const uint words = w.row_bytes / 4u;
   WeightRuns f;
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, i);
-    const ulong row = ulong(min(row0 + run_row(tid, i), rows - 1u));
+    const uint c = k0 + run_column(tid, threads, i);
+    const ulong row = ulong(min(row0 + run_row(tid, threads, i), rows - 1u));
     device const uint* row_words = (device const uint*)(data + row * w.row_bytes);
     if (quantized) {
       const uint wi = min(q4 ? c / 8u : c / 4u, words - 1u), group = wi >> w.group_shift;
@@ -168,12 +170,12 @@ inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* 
 // The fetched runs dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does, then
 // rounded to half once; columns past w.cols are zero.
 inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, uint k0, threadgroup half* tile,
-                          uint tid) {
+                          uint tid, uint threads) {
   const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
   const uint words = w.row_bytes / 4u;
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, i);
-    threadgroup half* dst = tile + run_row(tid, i) * TILE_LD + run_column(tid, i);
+    const uint c = k0 + run_column(tid, threads, i);
+    threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
     const bool in = c < w.cols;
     const uint v0 = f.raw[4u * i], v1 = f.raw[4u * i + 1u];
     if (quantized) {
@@ -201,23 +203,27 @@ inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w
   }
 }
 
-// acc[4i + j] += A_i · B_j over one K-step: A_i the activation rows 32·m + 8i of `xt` ([tokens][k]), B_j
-// the weight rows 32·c + 8j of `wt` ([rows][k]) read transposed, so that the product is x · Wᵀ.
-inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint m, uint c,
+// acc[4i + j] += A_i · B_j over one K-step, for i < token_blocks (even) and j < 4: A_i the activation
+// rows t0 + 8i of `xt` ([tokens][k]), B_j the weight rows r0 + 8j of `wt` ([rows][k]) read transposed,
+// so that the product is x · Wᵀ. Each B_j feeds token_blocks products, each pair of A one product
+// pair per B_j.
+inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint t0, uint r0, uint token_blocks,
                           thread simdgroup_float8x8* acc) {
   for (uint kk = 0; kk < GEMM_K; kk += 8u) {
-    simdgroup_half8x8 a[4], b[4];
-    for (uint i = 0; i < 4u; ++i) simdgroup_load(a[i], xt + (32u * m + 8u * i) * TILE_LD + kk, TILE_LD);
-    for (uint j = 0; j < 4u; ++j)
-      simdgroup_load(b[j], wt + (32u * c + 8u * j) * TILE_LD + kk, TILE_LD, ulong2(0, 0), true);
-    for (uint i = 0; i < 4u; i += 2u)
+    simdgroup_half8x8 b[4];
+    for (uint j = 0; j < 4u; ++j) simdgroup_load(b[j], wt + (r0 + 8u * j) * TILE_LD + kk, TILE_LD, ulong2(0, 0), true);
+    for (uint i = 0; i < token_blocks; i += 2u) {
+      simdgroup_half8x8 a0, a1;
+      simdgroup_load(a0, xt + (t0 + 8u * i) * TILE_LD + kk, TILE_LD);
+      simdgroup_load(a1, xt + (t0 + 8u * i + 8u) * TILE_LD + kk, TILE_LD);
       for (uint j = 0; j < 4u; ++j)
-        simdgroup_multiply_accumulate_pair(acc[4u * i + j], acc[4u * i + 4u + j], a[i], a[i + 1u], b[j], acc[4u * i + j],
+        simdgroup_multiply_accumulate_pair(acc[4u * i + j], acc[4u * i + 4u + j], a0, a1, b[j], acc[4u * i + j],
                                            acc[4u * i + 4u + j]);
+    }
   }
 }
 
-// Row slab i (rows 8i .. 8i+7) of the simdgroup's 32x32 block of results into `staging` (8 rows of
+// Row slab i (rows 8i .. 8i+7) of the simdgroup's block of results (32 columns) into `staging` (8 rows of
 // STAGING_LD floats), where lane l may then read column l of each row (after the simdgroup_barrier
 // inside). The caller reads the slab, then calls slab_done before the next slab overwrites it.
 #define STAGING_LD (32u + GEMM_OUT_PAD)
