@@ -14,11 +14,16 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
 // Element g of a row of scales or biases stored as bf16, f16 or f32. `row` is 4-byte aligned (the
 // backend pads scale rows to 4 bytes), so one unconditional 4-byte load serves every type: kernels
 // keep their loads free of branches so that a thread's loads are in flight together.
-inline float load_scale(device const uchar* row, uint g, uint type) {
-  const uint word = ((device const uint*)row)[type == SCALE_F32 ? g : g >> 1u];
+// The two halves of it: the 4-byte word that holds element g, and the element from that word (apart,
+// the word can be loaded a K-step ahead of its use: shaders/tiles.h).
+inline uint scale_word(uint g, uint type) { return type == SCALE_F32 ? g : g >> 1u; }
+inline float scale_in_word(uint word, uint g, uint type) {
   const uint half_bits = (g & 1u) != 0u ? word >> 16 : word & 0xffffu;
   const float from16 = type == SCALE_BF16 ? as_type<float>(half_bits << 16) : float(as_type<half>(ushort(half_bits)));
   return type == SCALE_F32 ? as_type<float>(word) : from16;
+}
+inline float load_scale(device const uchar* row, uint g, uint type) {
+  return scale_in_word(((device const uint*)row)[scale_word(g, type)], g, type);
 }
 
 // Element i of a dense row stored as bf16, f16 or f32 (embedding rows).

@@ -4,11 +4,41 @@
 using namespace metal;
 #include "tiles.h"
 
+// The job of row tile `tile` of a launch (the row tiles of all jobs numbered consecutively, job j's
+// from p.first_tile[j]; tiles of `tile_rows` rows): its matrix and buffers, and its first row.
+struct GemmJob {
+  WeightDesc w;
+  device const uchar* data;
+  device const uchar* scales;
+  device const uchar* biases;
+  device float* out;
+  uint row0;
+};
+
+inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, device const uchar* w0, device const uchar* s0,
+                        device const uchar* b0, device float* out0, device const uchar* w1, device const uchar* s1,
+                        device const uchar* b1, device float* out1, device const uchar* w2, device const uchar* s2,
+                        device const uchar* b2, device float* out2, device const uchar* w3, device const uchar* s3,
+                        device const uchar* b3, device float* out3) {
+  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
+                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
+  GemmJob job;
+  job.w = pick_weight(p.w, j);
+  job.row0 =
+      tile_rows * (tile - (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]));
+  job.data = j == 0u ? w0 : j == 1u ? w1 : j == 2u ? w2 : w3;
+  job.scales = j == 0u ? s0 : j == 1u ? s1 : j == 2u ? s2 : s3;
+  job.biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
+  job.out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+  return job;
+}
+
 // out_j[t, r] = W_j[r] · x[t] for up to GEMV_MAX_JOBS matrices that read the same x [n, cols] (fused
 // projections: one launch). Threadgroup (tile, token tile) computes GEMM_TILE_TOKENS tokens x
 // GEMM_TILE_ROWS rows of one job; its 4 simdgroups take a 32x32 quarter each (2x2). Each K-step
-// converts the x and W tiles to half in threadgroup memory, then multiplies; the epilogue stages each
-// quarter in threadgroup memory, 8 rows at a time, and writes whole 128-byte row segments.
+// converts the x and W tiles to half in threadgroup memory, issues the next step's reads, then
+// multiplies; the epilogue stages each quarter in threadgroup memory, 8 rows at a time, and writes
+// whole 128-byte row segments.
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void gemm(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                  device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
                  device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
@@ -20,43 +50,99 @@ using namespace metal;
                  device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
                  uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup half xt[GEMM_TILE_TOKENS * TILE_LD];
-  threadgroup half wt[GEMM_TILE_ROWS * TILE_LD];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS)];
   threadgroup float staging[4u * 8u * STAGING_LD];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
-  const uint tile = group.x, t0 = GEMM_TILE_TOKENS * group.y;
-  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
-                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
-  const WeightDesc w = pick_weight(p.w, j);
-  const uint row0 =
-      GEMM_TILE_ROWS * (tile - (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]));
-  device const uchar* data = j == 0u ? w0 : j == 1u ? w1 : j == 2u ? w2 : w3;
-  device const uchar* scales = j == 0u ? s0 : j == 1u ? s1 : j == 2u ? s2 : s3;
-  device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
-  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
-
+  const uint t0 = GEMM_TILE_TOKENS * group.y;
+  const GemmJob job = gemm_job(p, group.x, GEMM_TILE_ROWS, w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3);
+  const WeightDesc w = job.w;
+  threadgroup half* xt = (threadgroup half*)x_words;
+  threadgroup half* wt = (threadgroup half*)w_words;
   if (tid < GEMM_TILE_TOKENS) row_of[tid] = min(t0 + tid, p.n - 1u);  // rows past n repeat the last
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   const uint m = sg / 2u, c = sg % 2u;  // this simdgroup's quarter: tokens 32m.., rows 32c..
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const bool x_vec = p.x_vec != 0u;
+  ActivationRuns xr = fetch_activations(x, p.cols, x_vec, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid, GEMM_THREADS);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    activation_tile(x, p.cols, row_of, k0, xt, tid);
-    weight_tile(w, data, scales, biases, row0, w.rows, k0, wt, tid);
+    store_activations(xr, p.cols, k0, xt, tid, GEMM_THREADS);
+    store_weights(wr, w, k0, wt, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    tile_products(xt, wt, m, c, acc);
+    // The next step's reads, in flight during the products.
+    xr = fetch_activations(x, p.cols, x_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
 
   threadgroup float* slab = staging + sg * 8u * STAGING_LD;
-  const uint row = row0 + 32u * c + lane;
+  const uint row = job.row0 + 32u * c + lane;
   for (uint i = 0; i < 4u; ++i) {
     stage_slab(acc, i, slab);
     for (uint r = 0; r < 8u; ++r) {
       const uint t = t0 + 32u * m + 8u * i + r;
       const float v = slab[r * STAGING_LD + lane];
-      if (t < p.n && row < w.rows) out[ulong(t) * w.rows + row] = v;
+      if (t < p.n && row < w.rows) job.out[ulong(t) * w.rows + row] = v;
+    }
+    slab_done();
+  }
+}
+
+// gemm for long chunks (n >= GEMM_WIDE_MIN_TOKENS): tiles of GEMM_WIDE_TILE tokens x GEMM_WIDE_TILE
+// rows, 8 simdgroups of 64 tokens x 32 rows each (2x4), so that each weight tile is converted once for
+// twice the tokens and each loaded fragment feeds twice the products. The epilogue stages through the
+// activation tile's memory (free after the last K-step).
+[[max_total_threads_per_threadgroup(GEMM_WIDE_THREADS)]] kernel void gemm_wide(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+                      device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
+                      device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
+                      device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
+                      device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
+                      device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
+                      device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
+                      device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
+                      device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                      uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                      uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_WIDE_TILE)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_WIDE_TILE)];
+  threadgroup uint row_of[GEMM_WIDE_TILE];
+  const uint t0 = GEMM_WIDE_TILE * group.y;
+  const GemmJob job = gemm_job(p, group.x, GEMM_WIDE_TILE, w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3);
+  const WeightDesc w = job.w;
+  threadgroup half* xt = (threadgroup half*)x_words;
+  threadgroup half* wt = (threadgroup half*)w_words;
+  if (tid < GEMM_WIDE_TILE) row_of[tid] = min(t0 + tid, p.n - 1u);  // rows past n repeat the last
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  const uint m = sg / 4u, c = sg % 4u;  // this simdgroup's block: tokens 64m.., rows 32c..
+  simdgroup_float8x8 acc[32];
+  for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const bool x_vec = p.x_vec != 0u;
+  ActivationRuns xr = fetch_activations(x, p.cols, x_vec, row_of, 0u, tid, GEMM_WIDE_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid, GEMM_WIDE_THREADS);
+  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
+    store_activations(xr, p.cols, k0, xt, tid, GEMM_WIDE_THREADS);
+    store_weights(wr, w, k0, wt, tid, GEMM_WIDE_THREADS);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The next step's reads, in flight during the products.
+    xr = fetch_activations(x, p.cols, x_vec, row_of, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
+    tile_products(xt, wt, 64u * m, 32u * c, 8u, acc);
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
+  }
+
+  threadgroup float* slab = (threadgroup float*)x_words + sg * 8u * STAGING_LD;
+  const uint row = job.row0 + 32u * c + lane;
+  for (uint i = 0; i < 8u; ++i) {
+    stage_slab(acc, i, slab);
+    for (uint r = 0; r < 8u; ++r) {
+      const uint t = t0 + 64u * m + 8u * i + r;
+      const float v = slab[r * STAGING_LD + lane];
+      if (t < p.n && row < w.rows) job.out[ulong(t) * w.rows + row] = v;
     }
     slab_done();
   }

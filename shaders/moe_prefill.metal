@@ -71,9 +71,9 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
                               device float* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
                               uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup half xt[GEMM_TILE_TOKENS * TILE_LD];
-  threadgroup half gt[GEMM_TILE_ROWS * TILE_LD];
-  threadgroup half ut[GEMM_TILE_ROWS * TILE_LD];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
+  threadgroup uint4 g_words[TILE_WORDS(GEMM_TILE_ROWS)];
+  threadgroup uint4 u_words[TILE_WORDS(GEMM_TILE_ROWS)];
   threadgroup float staging[4u * 2u * 8u * STAGING_LD];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   const uint e = group.z, ec = min(e, p.experts - 1u);
@@ -83,6 +83,9 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
 
+  threadgroup half* xt = (threadgroup half*)x_words;
+  threadgroup half* gt = (threadgroup half*)g_words;
+  threadgroup half* ut = (threadgroup half*)u_words;
   device const uchar* gdata = b.shared ? sgw : gw + expert_bytes(p.gate, ec);
   device const uchar* gscales = b.shared ? sgs : gs + expert_scale_bytes(p.gate, ec);
   device const uchar* gbiases = b.shared ? sgb : gb + expert_scale_bytes(p.gate, ec);
@@ -101,13 +104,21 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
     acc_g[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
+  const bool x_vec = p.x_vec != 0u;
+  ActivationRuns xr = fetch_activations(x, p.hidden, x_vec, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid, GEMM_THREADS);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid, GEMM_THREADS);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
-    activation_tile(x, p.hidden, row_of, k0, xt, tid);
-    weight_tile(gd, gdata, gscales, gbiases, i0, gd.rows, k0, gt, tid);
-    weight_tile(ud, udata, uscales, ubiases, i0, ud.rows, k0, ut, tid);
+    store_activations(xr, p.hidden, k0, xt, tid, GEMM_THREADS);
+    store_weights(gr, gd, k0, gt, tid, GEMM_THREADS);
+    store_weights(ur, ud, k0, ut, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    tile_products(xt, gt, m, c, acc_g);
-    tile_products(xt, ut, m, c, acc_u);
+    // The next step's reads, in flight during the products.
+    xr = fetch_activations(x, p.hidden, x_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    tile_products(xt, gt, 32u * m, 32u * c, 4u, acc_g);
+    tile_products(xt, ut, 32u * m, 32u * c, 4u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
@@ -140,8 +151,8 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
                            constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup half xt[GEMM_TILE_TOKENS * TILE_LD];
-  threadgroup half wt[GEMM_TILE_ROWS * TILE_LD];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS)];
   threadgroup float staging[4u * 8u * STAGING_LD];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
@@ -155,6 +166,8 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   device const uchar* scales = b.shared ? sds : ds + expert_scale_bytes(p.down, ec);
   device const uchar* biases = b.shared ? sdb : db + expert_scale_bytes(p.down, ec);
   device const float* src = b.shared ? sh : h;
+  threadgroup half* xt = (threadgroup half*)x_words;
+  threadgroup half* wt = (threadgroup half*)w_words;
   if (tid < GEMM_TILE_TOKENS) {
     const uint r = min(t0 + tid, b.count - 1u);
     const uint entry = entries[min(b.begin + r, p.n * p.k - 1u)];
@@ -167,11 +180,17 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   const uint m = sg / 2u, c = sg % 2u;
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const bool h_vec = dd.cols % 8u == 0u;  // h and sh are whole buffers
+  ActivationRuns xr = fetch_activations(src, dd.cols, h_vec, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid, GEMM_THREADS);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
-    activation_tile(src, dd.cols, row_of, k0, xt, tid);
-    weight_tile(dd, data, scales, biases, c0, dd.rows, k0, wt, tid);
+    store_activations(xr, dd.cols, k0, xt, tid, GEMM_THREADS);
+    store_weights(wr, dd, k0, wt, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    tile_products(xt, wt, m, c, acc);
+    // The next step's reads, in flight during the products.
+    xr = fetch_activations(src, dd.cols, h_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 

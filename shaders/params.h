@@ -62,6 +62,14 @@
 #define GEMM_PAD 8u
 #define GEMM_OUT_PAD 8u
 #define GEMM_THREADS 128
+// Chunks of at least GEMM_WIDE_MIN_TOKENS tokens run gemm_wide: tiles of GEMM_WIDE_TILE tokens x
+// GEMM_WIDE_TILE rows on GEMM_WIDE_THREADS (8 simdgroups of 64x32), the epilogue staged in the
+// activation tile (8 slabs of 8 x STAGING_LD floats fit in its 128 x 40 halfs).
+#ifndef GEMM_WIDE_MIN_TOKENS
+#define GEMM_WIDE_MIN_TOKENS 512u
+#endif
+#define GEMM_WIDE_TILE 128u
+#define GEMM_WIDE_THREADS 256
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
 #define NORM_THREADS 1024
@@ -126,7 +134,8 @@ struct GemvParams {
 };
 
 // The tiled form of GemvParams (n >= PREFILL_MIN_TOKENS): the row tiles of all jobs are numbered
-// consecutively, job j's from first_tile[j]; grid (total_tiles, ceil(n / GEMM_TILE_TOKENS)).
+// consecutively, job j's from first_tile[j]; grid (total_tiles, ceil(n / tile tokens)), the tiles
+// of gemm (GEMM_TILE_*) or gemm_wide (GEMM_WIDE_TILE).
 struct GemmParams {
   WeightDesc w[GEMV_MAX_JOBS];
   uint first_tile[GEMV_MAX_JOBS];
@@ -134,6 +143,7 @@ struct GemmParams {
   uint n;     // tokens
   uint cols;  // of every matrix, and the row stride of x
   uint total_tiles;
+  uint x_vec;  // x is 16-byte aligned and cols a multiple of 8 (tiles loaded with vector loads)
 };
 
 // out[t] = the embedding row ids[t], dequantized.
@@ -181,6 +191,7 @@ struct MoeTiledParams {
   uint hidden;
   uint shared;
   float shared_scale;
+  uint x_vec;  // x is 16-byte aligned and hidden a multiple of 8 (tiles loaded with vector loads)
 };
 
 struct RouteParams {

@@ -8,10 +8,25 @@
 
 #include "common.h"
 
+// Not part of Metal's API: two products that share b, d0 = a0 * b + c0 and d1 = a1 * b + c1. The
+// emulator and CUDA define it (msl.h; one tensor-core instruction with CUDA, whose 16-row operand
+// takes a0 and a1); on Metal it is the two products.
+#if defined(__METAL_VERSION__)
+inline void simdgroup_multiply_accumulate_pair(thread simdgroup_float8x8& d0, thread simdgroup_float8x8& d1,
+                                               simdgroup_half8x8 a0, simdgroup_half8x8 a1, simdgroup_half8x8 b,
+                                               simdgroup_float8x8 c0, simdgroup_float8x8 c1) {
+  simdgroup_multiply_accumulate(d0, a0, b, c0);
+  simdgroup_multiply_accumulate(d1, a1, b, c1);
+}
+#endif
+
 #define TILE_LD (GEMM_K + GEMM_PAD)
-// Runs of 8 columns per tile, and per thread.
-#define TILE_RUNS (GEMM_TILE_ROWS * GEMM_K / 8u)
-#define TILE_RUNS_PER_THREAD (TILE_RUNS / uint(GEMM_THREADS))
+// A tile's size in uint4 (tiles are declared as uint4 arrays: 16-byte aligned for the loaders' 16-byte
+// stores, TILE_LD halfs = a whole number of uint4 per row).
+#define TILE_WORDS(rows) ((rows) * TILE_LD / 8u)
+// Runs of 8 columns per thread and tile: the same for the 64-row tiles of GEMM_THREADS and the
+// 128-row tiles of GEMM_WIDE_THREADS (ops/matmul.cpp checks).
+#define TILE_RUNS_PER_THREAD (GEMM_TILE_ROWS * GEMM_K / 8u / uint(GEMM_THREADS))
 
 // A WeightDesc picked out of a parameter struct's array by constant indices (CUDA copies a by-value
 // parameter array indexed at run time into local memory).
@@ -43,71 +58,172 @@ inline WeightDesc pick_expert_weight(constant WeightDesc& routed, constant Weigh
   return d;
 }
 
-// v rounded to half into a tile, as its 16-bit pattern (the emulator's half is a class, whose
-// assignment cannot target threadgroup memory in the strict address-space mode).
-inline void store_half(threadgroup half* dst, float v) { *(threadgroup ushort*)dst = as_type<ushort>(half(v)); }
+// a and b rounded to half, as the bits of a half2 (a in the low half; the emulator's half is a class,
+// whose assignment cannot target threadgroup memory in the strict address-space mode).
+inline uint half2_bits(float a, float b) { return uint(as_type<ushort>(half(a))) | (uint(as_type<ushort>(half(b))) << 16u); }
 
-// Weight rows row0 .. row0+GEMM_TILE_ROWS-1 (rows past `rows` repeat the last; their products are
-// never stored), columns k0 .. k0+GEMM_K-1 (columns past w.cols are zero), dequantised into `tile`.
-// Quantized: a run of 8 columns lies in one group (group sizes are multiples of 16) and in one word
-// (q4) or two (q8), so it costs one scale, one bias and an fma per weight, in fp32, as the GEMV does.
-inline void weight_tile(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                        device const uchar* biases, uint row0, uint rows, uint k0, threadgroup half* tile, uint tid) {
-  const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
+// A run of 8 halfs into a tile, 16-byte aligned: one 16-byte store with CUDA (nvcc does not merge the
+// word stores); word by word elsewhere (the strict address-space build has no vector stores).
+inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float v3, float v4, float v5, float v6,
+                      float v7) {
+#if defined(MSL_TARGET_CUDA)
+  *(threadgroup uint4*)dst = uint4(half2_bits(v0, v1), half2_bits(v2, v3), half2_bits(v4, v5), half2_bits(v6, v7));
+#else
+  threadgroup uint* words = (threadgroup uint*)dst;
+  words[0] = half2_bits(v0, v1);
+  words[1] = half2_bits(v2, v3);
+  words[2] = half2_bits(v4, v5);
+  words[3] = half2_bits(v6, v7);
+#endif
+}
+
+// The tiles are double-buffered through registers: a K-step's global reads (fetch_*) are issued
+// before the step before it is multiplied and kept raw (no use of a loaded value before the products,
+// so that they are in flight meanwhile); store_* then converts them into the tiles. Of the `threads`
+// of the threadgroup, thread `tid` holds runs tid, tid + threads, ...: run q is row q / (GEMM_K / 8),
+// columns 8 (q % (GEMM_K / 8)).
+inline uint run_row(uint tid, uint threads, uint i) { return (tid + threads * i) / (GEMM_K / 8u); }
+inline uint run_column(uint tid, uint threads, uint i) { return 8u * ((tid + threads * i) % (GEMM_K / 8u)); }
+
+// A thread's runs of activations: 8 floats each.
+struct ActivationRuns {
+  float4 lo[TILE_RUNS_PER_THREAD];
+  float4 hi[TILE_RUNS_PER_THREAD];
+};
+
+// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x [*, cols] (the chunk's
+// tokens, or a bucket's rows gathered), clamped to the row. `vec`: x's rows are 16-byte aligned and
+// cols a multiple of 8, so that a run is two 16-byte loads, wholly inside the row or past its end.
+inline ActivationRuns fetch_activations(device const float* x, uint cols, bool vec, threadgroup const uint* row_of,
+                                        uint k0, uint tid, uint threads) {
+  ActivationRuns a;
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint run = tid + uint(GEMM_THREADS) * i, r = run / (GEMM_K / 8u), c = k0 + 8u * (run % (GEMM_K / 8u));
-    const ulong row = ulong(min(row0 + r, rows - 1u));
-    device const uchar* row_data = data + row * w.row_bytes;
-    threadgroup half* dst = tile + r * TILE_LD + 8u * (run % (GEMM_K / 8u));
-    const bool in = c < w.cols;
+    const uint c = k0 + run_column(tid, threads, i);
+    device const float* row = x + ulong(row_of[run_row(tid, threads, i)]) * cols;
+    if (vec) {
+      device const float4* v = (device const float4*)(row + min(c, cols - 8u));
+      const float4 lo = v[0];
+      const float4 hi = v[1];
+      a.lo[i] = lo;
+      a.hi[i] = hi;
+    } else {
+      const uint last = cols - 1u;
+      a.lo[i] = float4(row[min(c, last)], row[min(c + 1u, last)], row[min(c + 2u, last)], row[min(c + 3u, last)]);
+      a.hi[i] = float4(row[min(c + 4u, last)], row[min(c + 5u, last)], row[min(c + 6u, last)], row[min(c + 7u, last)]);
+    }
+  }
+  return a;
+}
+
+// The fetched runs into `tile` as half; columns past `cols` are zero.
+inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0, threadgroup half* tile, uint tid,
+                              uint threads) {
+  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
+    const uint c = k0 + run_column(tid, threads, i);
+    const float4 lo = a.lo[i];
+    const float4 hi = a.hi[i];
+    store_run(tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i), c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f,
+              c + 2u < cols ? lo.z : 0.0f, c + 3u < cols ? lo.w : 0.0f, c + 4u < cols ? hi.x : 0.0f,
+              c + 5u < cols ? hi.y : 0.0f, c + 6u < cols ? hi.z : 0.0f, c + 7u < cols ? hi.w : 0.0f);
+  }
+}
+
+// A thread's runs of weights, 4 words each. Q4: the word of the 8 values, unused, the scale's word,
+// the bias's word; Q8: the two words, the scale's, the bias's; bf16 and f16: the 8 values' bits, two
+// to a word; f32: the 8 values rounded to half, two to a word.
+struct WeightRuns {
+  uint raw[TILE_RUNS_PER_THREAD * 4u];
+};
+
+// Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are
+// never stored), columns k0 .. k0+GEMM_K-1 (clamped to the row). Quantized: a run of 8 columns lies in
+// one group (group sizes are multiples of 16) and in one word (q4) or two (q8).
+inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
+                                device const uchar* biases, uint row0, uint rows, uint k0, uint tid, uint threads) {
+  const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
+  const uint words = w.row_bytes / 4u;
+  WeightRuns f;
+  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
+    const uint c = k0 + run_column(tid, threads, i);
+    const ulong row = ulong(min(row0 + run_row(tid, threads, i), rows - 1u));
+    device const uint* row_words = (device const uint*)(data + row * w.row_bytes);
     if (quantized) {
-      const uint words = w.row_bytes / 4u, per_word = q4 ? 8u : 4u;
-      const uint wi = min(c / per_word, words - 1u), wj = min(wi + 1u, words - 1u), group = wi >> w.group_shift;
-      const uint v0 = ((device const uint*)row_data)[wi];
-      const uint v1 = ((device const uint*)row_data)[wj];
-      const float sc = load_scale(scales + row * w.scale_row_bytes, group, w.scale_type);
-      const float bi = load_scale(biases + row * w.scale_row_bytes, group, w.scale_type);
-      for (uint e = 0; e < 8u; ++e) {
-        const float q = q4 ? unpack(v0, 4u * e, 15u) : unpack(e < 4u ? v0 : v1, 8u * (e & 3u), 255u);
-        store_half(dst + e, in ? sc * q + bi : 0.0f);
-      }
+      const uint wi = min(q4 ? c / 8u : c / 4u, words - 1u), group = wi >> w.group_shift;
+      f.raw[4u * i] = row_words[wi];
+      f.raw[4u * i + 1u] = row_words[min(wi + 1u, words - 1u)];  // q8's second word
+      f.raw[4u * i + 2u] = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+      f.raw[4u * i + 3u] = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    } else if (w.format == WEIGHT_F32) {  // rounded here: the one format whose values are used at once
+      device const float* row_floats = (device const float*)row_words;
+      for (uint e = 0; e < 8u; e += 2u)
+        f.raw[4u * i + e / 2u] = half2_bits(row_floats[min(c + e, w.cols - 1u)], row_floats[min(c + e + 1u, w.cols - 1u)]);
+    } else {
+      device const ushort* row_halves = (device const ushort*)row_words;
+      for (uint e = 0; e < 8u; e += 2u)
+        f.raw[4u * i + e / 2u] =
+            uint(row_halves[min(c + e, w.cols - 1u)]) | (uint(row_halves[min(c + e + 1u, w.cols - 1u)]) << 16u);
+    }
+  }
+  return f;
+}
+
+// The fetched runs dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does, then
+// rounded to half once; columns past w.cols are zero.
+inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, uint k0, threadgroup half* tile,
+                          uint tid, uint threads) {
+  const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
+  const uint words = w.row_bytes / 4u;
+  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
+    const uint c = k0 + run_column(tid, threads, i);
+    threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
+    const bool in = c < w.cols;
+    const uint v0 = f.raw[4u * i], v1 = f.raw[4u * i + 1u];
+    if (quantized) {
+      const uint group = min(q4 ? c / 8u : c / 4u, words - 1u) >> w.group_shift;
+      const float scale = scale_in_word(f.raw[4u * i + 2u], group, w.scale_type);
+      const float bias = scale_in_word(f.raw[4u * i + 3u], group, w.scale_type);
+      const float sc = in ? scale : 0.0f, bi = in ? bias : 0.0f;  // columns past the row: zero
+      if (q4)
+        store_run(dst, sc * unpack(v0, 0u, 15u) + bi, sc * unpack(v0, 4u, 15u) + bi, sc * unpack(v0, 8u, 15u) + bi,
+                  sc * unpack(v0, 12u, 15u) + bi, sc * unpack(v0, 16u, 15u) + bi, sc * unpack(v0, 20u, 15u) + bi,
+                  sc * unpack(v0, 24u, 15u) + bi, sc * unpack(v0, 28u, 15u) + bi);
+      else
+        store_run(dst, sc * unpack(v0, 0u, 255u) + bi, sc * unpack(v0, 8u, 255u) + bi, sc * unpack(v0, 16u, 255u) + bi,
+                  sc * unpack(v0, 24u, 255u) + bi, sc * unpack(v1, 0u, 255u) + bi, sc * unpack(v1, 8u, 255u) + bi,
+                  sc * unpack(v1, 16u, 255u) + bi, sc * unpack(v1, 24u, 255u) + bi);
     } else {
       float v[8];
-      for (uint e = 0; e < 8u; ++e) v[e] = load_dense(row_data, min(c + e, w.cols - 1u), w.format);
-      for (uint e = 0; e < 8u; ++e) store_half(dst + e, c + e < w.cols ? v[e] : 0.0f);
+      for (uint e = 0; e < 8u; ++e) {
+        const ushort bits = ushort((f.raw[4u * i + e / 2u] >> (16u * (e % 2u))) & 0xffffu);
+        const float value = w.format == WEIGHT_BF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);  // f32: as half
+        v[e] = c + e < w.cols ? value : 0.0f;
+      }
+      store_run(dst, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
     }
   }
 }
 
-// Columns k0 .. k0+GEMM_K-1 (past cols: zero) of the rows row_of[0 .. GEMM_TILE_TOKENS-1] of x [*, cols]
-// (the chunk's tokens, or a bucket's rows gathered), converted to half into `tile`.
-inline void activation_tile(device const float* x, uint cols, threadgroup const uint* row_of, uint k0,
-                            threadgroup half* tile, uint tid) {
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint run = tid + uint(GEMM_THREADS) * i, r = run / (GEMM_K / 8u), c = k0 + 8u * (run % (GEMM_K / 8u));
-    device const float* row = x + ulong(row_of[r]) * cols;
-    float v[8];
-    for (uint e = 0; e < 8u; ++e) v[e] = row[min(c + e, cols - 1u)];
-    threadgroup half* dst = tile + r * TILE_LD + 8u * (run % (GEMM_K / 8u));
-    for (uint e = 0; e < 8u; ++e) store_half(dst + e, c + e < cols ? v[e] : 0.0f);
-  }
-}
-
-// acc[4i + j] += A_i · B_j over one K-step: A_i the activation rows 32·m + 8i of `xt` ([tokens][k]), B_j
-// the weight rows 32·c + 8j of `wt` ([rows][k]) read transposed, so that the product is x · Wᵀ.
-inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint m, uint c,
+// acc[4i + j] += A_i · B_j over one K-step, for i < token_blocks (even) and j < 4: A_i the activation
+// rows t0 + 8i of `xt` ([tokens][k]), B_j the weight rows r0 + 8j of `wt` ([rows][k]) read transposed,
+// so that the product is x · Wᵀ. Each B_j feeds token_blocks products, each pair of A one product
+// pair per B_j.
+inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint t0, uint r0, uint token_blocks,
                           thread simdgroup_float8x8* acc) {
   for (uint kk = 0; kk < GEMM_K; kk += 8u) {
-    simdgroup_half8x8 a[4], b[4];
-    for (uint i = 0; i < 4u; ++i) simdgroup_load(a[i], xt + (32u * m + 8u * i) * TILE_LD + kk, TILE_LD);
-    for (uint j = 0; j < 4u; ++j)
-      simdgroup_load(b[j], wt + (32u * c + 8u * j) * TILE_LD + kk, TILE_LD, ulong2(0, 0), true);
-    for (uint i = 0; i < 4u; ++i)
-      for (uint j = 0; j < 4u; ++j) simdgroup_multiply_accumulate(acc[4u * i + j], a[i], b[j], acc[4u * i + j]);
+    simdgroup_half8x8 b[4];
+    for (uint j = 0; j < 4u; ++j) simdgroup_load(b[j], wt + (r0 + 8u * j) * TILE_LD + kk, TILE_LD, ulong2(0, 0), true);
+    for (uint i = 0; i < token_blocks; i += 2u) {
+      simdgroup_half8x8 a0, a1;
+      simdgroup_load(a0, xt + (t0 + 8u * i) * TILE_LD + kk, TILE_LD);
+      simdgroup_load(a1, xt + (t0 + 8u * i + 8u) * TILE_LD + kk, TILE_LD);
+      for (uint j = 0; j < 4u; ++j)
+        simdgroup_multiply_accumulate_pair(acc[4u * i + j], acc[4u * i + 4u + j], a0, a1, b[j], acc[4u * i + j],
+                                           acc[4u * i + 4u + j]);
+    }
   }
 }
 
-// Row slab i (rows 8i .. 8i+7) of the simdgroup's 32x32 block of results into `staging` (8 rows of
+// Row slab i (rows 8i .. 8i+7) of the simdgroup's block of results (32 columns) into `staging` (8 rows of
 // STAGING_LD floats), where lane l may then read column l of each row (after the simdgroup_barrier
 // inside). The caller reads the slab, then calls slab_done before the next slab overwrites it.
 #define STAGING_LD (32u + GEMM_OUT_PAD)

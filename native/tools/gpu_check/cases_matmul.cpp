@@ -74,7 +74,9 @@ void add_matmul_cases(Cases& all) {
                        TiledShape{"q4", 128, DType::F32, 20, 64, 256, 1}, TiledShape{"q8", 64, DType::BF16, 65, 37, 128},
                        TiledShape{"q8", 32, DType::F16, 16, 9, 96, 1}, TiledShape{"q8", 128, DType::F32, 17, 40, 128},
                        TiledShape{"bf16", 0, DType::BF16, 65, 37, 72, 1}, TiledShape{"f16", 0, DType::BF16, 16, 65, 40},
-                       TiledShape{"f32", 0, DType::BF16, 33, 37, 100}})
+                       TiledShape{"f32", 0, DType::BF16, 33, 37, 100}, TiledShape{"q4", 32, DType::BF16, 200, 70, 96},
+                       TiledShape{"q8", 64, DType::F16, 1100, 24, 64}, TiledShape{"q4", 64, DType::BF16, 200, 33, 64, 1},
+                       TiledShape{"q4", 32, DType::BF16, 600, 150, 96, 1}, TiledShape{"bf16", 0, DType::BF16, 520, 37, 72}})
     add("matmul tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.x_offset ? " unaligned" : ""),
         [m, tiled_tol](Ctx& c) {
@@ -82,11 +84,14 @@ void add_matmul_cases(Cases& all) {
           HostWeight h(c.rng, m.fmt, m.rows, m.cols, 0, m.group ? m.group : 64, m.scale);
           WeightPair w = upload(c, h);
           Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * m.cols)), out = c.zeros(size_t(m.n) * m.rows);
-          const uint64_t before = c.launches(gpu::kernels::gemm::id);
+          // Chunks of GEMM_WIDE_MIN_TOKENS and more on the larger tiles.
+          const auto kernel = m.n >= int(GEMM_WIDE_MIN_TOKENS) ? gpu::kernels::gemm_wide::id : gpu::kernels::gemm::id;
+          const uint64_t before = c.launches(kernel);
           c.cpu.matmul(*w.cpu, View(x.cpu.get(), m.x_offset), m.n, View(out.cpu.get()));
           c.gpu.matmul(*w.gpu, View(x.gpu.get(), m.x_offset), m.n, View(out.gpu.get()));
-          if (c.launches(gpu::kernels::gemm::id) != before + 1)
-            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled kernel");
+          if (c.launches(kernel) != before + 1)
+            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run " +
+                          (m.n >= int(GEMM_WIDE_MIN_TOKENS) ? "gemm_wide" : "gemm"));
           c.expect_close("matmul tiled", out, size_t(m.n) * m.rows, tiled_tol);
         });
 

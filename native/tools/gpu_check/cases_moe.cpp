@@ -93,7 +93,7 @@ void add_moe_cases(Cases& all) {
   };
   for (TiledMoe m : {TiledMoe{"q4", 64, DType::BF16, 65, true, "mixed"}, TiledMoe{"q8", 32, DType::F32, 20, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 70, true, "route"}, TiledMoe{"f16", 0, DType::F16, 17, false, "mixed"},
-                     TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}})
+                     TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}, TiledMoe{"q4", 32, DType::BF16, 200, true, "route"}})
     add("moe_experts tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.shared ? " + shared" : "") + " " + m.routing,
         [m, tiled_tol](Ctx& c) {

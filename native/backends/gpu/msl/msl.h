@@ -359,8 +359,11 @@ MSL_FN uint clamp(uint x, uint lo, uint hi) { return min(max(x, lo), hi); }
 // Each lane holds two elements of an 8x8 matrix in the register layout of mma.sync m16n8k8 (the rows
 // 0-7 of its 16-row operands): a float matrix as the accumulator, row lane/4 and columns 2(lane%4) and
 // 2(lane%4)+1; a half matrix twice, as the A operand (the same elements) and as the B operand (rows
-// 2(lane%4) and 2(lane%4)+1 of column lane/4), so that either role costs no shuffles. One
-// simdgroup_multiply_accumulate is one tensor-core instruction whose rows 8-15 are zero.
+// 2(lane%4) and 2(lane%4)+1 of column lane/4), so that either role costs no shuffles (the role a
+// kernel never uses is never loaded: the compiler drops it). One of the two reads a pair of adjacent
+// stored halfs, one 32-bit load where the rows are 4-byte aligned. One simdgroup_multiply_accumulate
+// is one tensor-core instruction whose rows 8-15 are zero; simdgroup_multiply_accumulate_pair fills
+// them with a second product of the same B.
 template <class T, int Rows, int Cols>
 struct simdgroup_matrix;
 template <>
@@ -401,11 +404,17 @@ MSL_FN simdgroup_half8x8 make_filled_simdgroup_matrix<half, 8, 8>(half value) {
 MSL_FN void simdgroup_load(simdgroup_half8x8& m, const half* src, ulong elements_per_row,
                            ulong2 origin = make_ulong2(0, 0), bool transpose = false) {
   const uint lane = simdgroup_detail::lane(), g = lane >> 2, t2 = (lane & 3u) * 2u;
-  using simdgroup_detail::element_index;
-  m.a = simdgroup_detail::pack(src[element_index(g, t2, elements_per_row, origin, transpose)],
-                               src[element_index(g, t2 + 1u, elements_per_row, origin, transpose)]);
-  m.b = simdgroup_detail::pack(src[element_index(t2, g, elements_per_row, origin, transpose)],
-                               src[element_index(t2 + 1u, g, elements_per_row, origin, transpose)]);
+  const half* base = src + origin.y * elements_per_row + origin.x;
+  // Stored row g, columns t2 and t2+1: adjacent, one 32-bit load when every row is 4-byte aligned (the
+  // same for all lanes: the branch is uniform).
+  const half* pair = base + g * elements_per_row + t2;
+  const bool words = ((reinterpret_cast<uintptr_t>(base) | uintptr_t(elements_per_row * sizeof(half))) & 3u) == 0;
+  const uint32_t along =
+      words ? *reinterpret_cast<const uint32_t*>(pair) : simdgroup_detail::pack(pair[0], pair[1]);
+  // Stored rows t2 and t2+1, column g.
+  const uint32_t across = simdgroup_detail::pack(base[t2 * elements_per_row + g], base[(t2 + 1u) * elements_per_row + g]);
+  m.a = transpose ? across : along;
+  m.b = transpose ? along : across;
 }
 MSL_FN void simdgroup_load(simdgroup_float8x8& m, const float* src, ulong elements_per_row,
                            ulong2 origin = make_ulong2(0, 0), bool transpose = false) {
@@ -437,6 +446,16 @@ MSL_FN void simdgroup_multiply_accumulate(simdgroup_float8x8& d, simdgroup_half8
 }
 MSL_FN void simdgroup_multiply(simdgroup_float8x8& d, simdgroup_half8x8 a, simdgroup_half8x8 b) {
   simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<float, 8, 8>(0.0f));
+}
+// d0 = a0 * b + c0 and d1 = a1 * b + c1 in one tensor-core instruction: a0 and a1 are its rows 0-7
+// and 8-15.
+MSL_FN void simdgroup_multiply_accumulate_pair(simdgroup_float8x8& d0, simdgroup_float8x8& d1, simdgroup_half8x8 a0,
+                                               simdgroup_half8x8 a1, simdgroup_half8x8 b, simdgroup_float8x8 c0,
+                                               simdgroup_float8x8 c1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+      : "=f"(d0.c0), "=f"(d0.c1), "=f"(d1.c0), "=f"(d1.c1)
+      : "r"(a0.a), "r"(a1.a), "r"(b.b), "f"(c0.c0), "f"(c0.c1), "f"(c1.c0), "f"(c1.c1));
 }
 
 // precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
@@ -667,6 +686,16 @@ inline void simdgroup_multiply_accumulate(simdgroup_float8x8& d, const simdgroup
 inline void simdgroup_multiply(simdgroup_float8x8& d, const simdgroup_half8x8& a, const simdgroup_half8x8& b,
                                int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
   simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<float, 8, 8>(0.0f), line, file);
+}
+// Not Metal's: two products sharing b, d0 = a0 * b + c0 and d1 = a1 * b + c1 (one tensor-core
+// instruction with CUDA; two simdgroup_multiply_accumulate on Metal, shaders/tiles.h).
+inline void simdgroup_multiply_accumulate_pair(simdgroup_float8x8& d0, simdgroup_float8x8& d1, const simdgroup_half8x8& a0,
+                                               const simdgroup_half8x8& a1, const simdgroup_half8x8& b,
+                                               const simdgroup_float8x8& c0, const simdgroup_float8x8& c1,
+                                               int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  const simdgroup_float8x8 c1_copy = c1;  // d0 may be c1
+  simdgroup_multiply_accumulate(d0, a0, b, c0, line, file);
+  simdgroup_multiply_accumulate(d1, a1, b, c1_copy, line, file);
 }
 #endif
 

@@ -9,8 +9,17 @@ namespace moelens::gpu {
 
 static_assert(GEMM_THREADS == 128 && GEMM_TILE_TOKENS == 64 && GEMM_TILE_ROWS == 64,
               "gemm: a threadgroup is 4 simdgroups, each a 32x32 quarter of the tile");
-static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0,
-              "gemm: the tile loaders give each thread whole runs of 8 columns");
+static_assert(GEMM_WIDE_THREADS == 256 && GEMM_WIDE_TILE == 128,
+              "gemm_wide: a threadgroup is 8 simdgroups, each 64 tokens x 32 rows of the tile");
+static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0 &&
+                  GEMM_WIDE_TILE * GEMM_K / 8 / GEMM_WIDE_THREADS == GEMM_TILE_ROWS * GEMM_K / 8 / GEMM_THREADS,
+              "gemm, gemm_wide: the tile loaders give each thread the same number of whole runs of 8 columns");
+static_assert(8 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <= GEMM_WIDE_TILE * (GEMM_K + GEMM_PAD) * 2,
+              "gemm_wide: the epilogue's slabs fit in the activation tile");
+// gemm and gemm_wide take the same arguments.
+static_assert(k::gemm::w0 == k::gemm_wide::w0 && k::gemm::s3 == k::gemm_wide::s3 && k::gemm::out3 == k::gemm_wide::out3 &&
+                  k::gemm::x == k::gemm_wide::x && k::gemm::p == k::gemm_wide::p,
+              "gemm, gemm_wide: the same buffer indices");
 
 namespace {
 
@@ -68,10 +77,14 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
 
 void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
   shader::GemmParams p{};
-  Call call(*this, k::gemm::id);
-  bind_jobs(call, kGemmSlots, jobs, count, n, p, p.first_tile, p.total_tiles, GEMM_TILE_ROWS);
-  call.buf(k::gemm::x, x).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, GEMM_TILE_TOKENS))
-      .threads(GEMM_THREADS).run();
+  // Long chunks on the larger tiles; the kernels differ in tile size only.
+  const bool wide = size_t(n) >= GEMM_WIDE_MIN_TOKENS;
+  const uint32_t tile_tokens = wide ? GEMM_WIDE_TILE : GEMM_TILE_TOKENS, tile_rows = wide ? GEMM_WIDE_TILE : GEMM_TILE_ROWS;
+  Call call(*this, wide ? k::gemm_wide::id : k::gemm::id);
+  bind_jobs(call, kGemmSlots, jobs, count, n, p, p.first_tile, p.total_tiles, tile_rows);
+  p.x_vec = x.offset % 4 == 0 && p.cols % 8 == 0 ? 1u : 0u;
+  call.buf(k::gemm::x, x).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, tile_tokens))
+      .threads(wide ? GEMM_WIDE_THREADS : GEMM_THREADS).run();
 }
 
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {

@@ -73,6 +73,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   shader::MoeTiledParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.experts = uint32_t(G.experts), p.hidden = G.desc.cols;
+  p.x_vec = x.offset % 4 == 0 && p.hidden % 8 == 0 ? 1u : 0u;
   const GpuWeight *SG = &G, *SU = &U, *SD = &D;  // bound, never read, without a shared expert
   if (shared.gate) {
     SG = &static_cast<const GpuWeight&>(*shared.gate);

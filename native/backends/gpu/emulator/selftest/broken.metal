@@ -110,6 +110,46 @@ kernel void simdgroup_matrices(device float* out [[buffer(0)]], uint i [[thread_
   for (uint j = i; j < 128u; j += 64u) out[j] = c[j];
 }
 
+// simdgroup_multiply_accumulate_pair, for its results: a 16x8 by 8x8 product as two 8x8 products that
+// share the second matrix (loaded transposed from its transpose), accumulated onto 0.5 (rows 0-7) and
+// 0.25 (rows 8-15). Simdgroup 0 loads from rows of 8 halfs, simdgroup 1 from rows of 9 (not 4-byte
+// aligned). Inputs in out[0, 192): A [16][8], then B [8][8]; results in out[0, 256): simdgroup s's
+// rows at 16s.
+kernel void simdgroup_matrix_pair(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]],
+                                  uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup half a8[128];  // [16][8]
+  threadgroup half a9[144];  // [16][9]
+  threadgroup half bt8[64];  // [8][8]: bt[n][k] = b[k][n]
+  threadgroup half bt9[72];  // [8][9]
+  threadgroup float c[256];  // [32][8]
+  for (uint j = i; j < 128u; j += 64u) {
+    a8[j] = half(out[j]);
+    a9[(j / 8u) * 9u + j % 8u] = half(out[j]);
+  }
+  bt8[(i % 8u) * 8u + i / 8u] = half(out[128u + i]);
+  bt9[(i % 8u) * 9u + i / 8u] = half(out[128u + i]);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_half8x8 top;
+  simdgroup_half8x8 bottom;
+  simdgroup_half8x8 b;
+  if (sg == 0u) {
+    simdgroup_load(top, a8, 8);
+    simdgroup_load(bottom, a8, 8, ulong2(0u, 8u));
+    simdgroup_load(b, bt8, 8, ulong2(0u, 0u), true);
+  } else {
+    simdgroup_load(top, a9, 9);
+    simdgroup_load(bottom, a9, 9, ulong2(0u, 8u));
+    simdgroup_load(b, bt9, 9, ulong2(0u, 0u), true);
+  }
+  simdgroup_float8x8 d0 = make_filled_simdgroup_matrix<float, 8, 8>(0.5f);
+  simdgroup_float8x8 d1 = make_filled_simdgroup_matrix<float, 8, 8>(0.25f);
+  simdgroup_multiply_accumulate_pair(d0, d1, top, bottom, b, d0, d1);
+  simdgroup_store(d0, c, 8, ulong2(0u, sg * 16u));
+  simdgroup_store(d1, c, 8, ulong2(0u, sg * 16u + 8u));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint j = i; j < 256u; j += 64u) out[j] = c[j];
+}
+
 // A simdgroup matrix load that half of the lanes skip.
 kernel void matrix_load_divergent(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup half a[64];

@@ -1,22 +1,32 @@
-// moelens-cuda-matrix-check: the self-test's simdgroup matrix kernel (broken.metal, simdgroup_matrices)
-// translated to CUDA and run on the GPU: the tensor-core mapping of simdgroup_load (origin, transpose),
-// simdgroup_multiply_accumulate and simdgroup_store must give the exact products the emulator gives.
+// moelens-cuda-matrix-check: the self-test's simdgroup matrix kernels (broken.metal: simdgroup_matrices,
+// simdgroup_matrix_pair) translated to CUDA and run on the GPU: the tensor-core mapping of simdgroup_load
+// (origin, transpose, rows 4-byte aligned or not), simdgroup_multiply_accumulate(_pair) and
+// simdgroup_store must give the exact products the emulator gives.
 #include <cstdio>
 #include <vector>
 
 #include "broken.cu"
 
-int main() {
-  std::vector<float> in(256), out(256);
-  for (size_t j = 0; j < 256; ++j) in[j] = float(int(j * 7 % 13) - 6) * 0.25f;  // exact in half
+// Runs `kernel` on 64 threads over `in` (256 floats); the results, or an empty vector on a CUDA error.
+template <class Kernel>
+static std::vector<float> run(Kernel kernel, const std::vector<float>& in) {
+  std::vector<float> out(256);
   float* d = nullptr;
-  if (cudaMalloc(&d, 256 * sizeof(float)) != cudaSuccess) return std::fprintf(stderr, "cudaMalloc failed\n"), 2;
+  if (cudaMalloc(&d, 256 * sizeof(float)) != cudaSuccess) return std::fprintf(stderr, "cudaMalloc failed\n"), std::vector<float>();
   cudaMemcpy(d, in.data(), 256 * sizeof(float), cudaMemcpyHostToDevice);
-  msl_file_broken::simdgroup_matrices<<<1, 64>>>(d);
+  kernel<<<1, 64>>>(d);
   const cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) return std::fprintf(stderr, "kernel failed: %s\n", cudaGetErrorString(e)), 2;
+  if (e != cudaSuccess) return std::fprintf(stderr, "kernel failed: %s\n", cudaGetErrorString(e)), std::vector<float>();
   cudaMemcpy(out.data(), d, 256 * sizeof(float), cudaMemcpyDeviceToHost);
   cudaFree(d);
+  return out;
+}
+
+int main() {
+  std::vector<float> in(256);
+  for (size_t j = 0; j < 256; ++j) in[j] = float(int(j * 7 % 13) - 6) * 0.25f;  // exact in half
+  std::vector<float> out = run(msl_file_broken::simdgroup_matrices, in);
+  if (out.empty()) return 2;
   int wrong = 0;
   for (int s = 0; s < 2; ++s)
     for (int r = 0; r < 8; ++r)
@@ -29,5 +39,22 @@ int main() {
       }
   std::printf("%s: simdgroup_load (origin, transpose), simdgroup_multiply_accumulate, simdgroup_store on CUDA (%d of 128 wrong)\n",
               wrong ? "FAIL" : "ok", wrong);
-  return wrong ? 1 : 0;
+
+  std::vector<float> pair_in(256, 0.0f);
+  for (size_t j = 0; j < 192; ++j) pair_in[j] = float(int(j * 5 % 11) - 5) * 0.5f;
+  out = run(msl_file_broken::simdgroup_matrix_pair, pair_in);
+  if (out.empty()) return 2;
+  int pair_wrong = 0;
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 8; ++n) {
+        double want = r < 8 ? 0.5 : 0.25;
+        for (int k = 0; k < 8; ++k) want += double(pair_in[size_t(r * 8 + k)]) * double(pair_in[size_t(128 + k * 8 + n)]);
+        const double got = out[size_t((s * 16 + r) * 8 + n)];
+        if (got != want && pair_wrong++ < 8)
+          std::fprintf(stderr, "pair: simdgroup %d row %d column %d: %g, want %g\n", s, r, n, got, want);
+      }
+  std::printf("%s: simdgroup_multiply_accumulate_pair, loads from rows 4-byte aligned or not, on CUDA (%d of 256 wrong)\n",
+              pair_wrong ? "FAIL" : "ok", pair_wrong);
+  return wrong || pair_wrong ? 1 : 0;
 }

@@ -108,6 +108,22 @@ int main() {
     check(exact, std::string("simdgroup_load (origin, transpose), simdgroup_multiply_accumulate, simdgroup_store in ") +
                      msl_emu::order_name(o) + " order" + (e.empty() ? "" : ": " + e));
   }
+  for (Order o : {Order::Forward, Order::Reverse, Order::Random}) {
+    std::vector<float> m(256);
+    for (size_t j = 0; j < 192; ++j) m[j] = float(int(j * 5 % 11) - 5) * 0.5f;
+    const std::vector<float> in = m;
+    e = launch(k::Id::simdgroup_matrix_pair, 64, m, o);
+    bool exact = e.empty();
+    for (int s = 0; s < 2 && exact; ++s)
+      for (int r = 0; r < 16; ++r)
+        for (int n = 0; n < 8; ++n) {
+          double want = r < 8 ? 0.5 : 0.25;
+          for (int kk = 0; kk < 8; ++kk) want += double(in[size_t(r * 8 + kk)]) * double(in[size_t(128 + kk * 8 + n)]);
+          exact &= double(m[size_t((s * 16 + r) * 8 + n)]) == want;
+        }
+    check(exact, std::string("simdgroup_multiply_accumulate_pair (rows 4-byte aligned or not) in ") +
+                     msl_emu::order_name(o) + " order" + (e.empty() ? "" : ": " + e));
+  }
   e = launch(k::Id::matrix_load_divergent, 32, out, Order::Forward);
   check(contains(e, "simdgroup matrix operation"), "simdgroup_load skipped by some lanes: " + e);
   e = launch(k::Id::matrix_load_nonuniform, 32, out, Order::Forward);
