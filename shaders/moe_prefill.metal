@@ -8,34 +8,90 @@
 using namespace metal;
 #include "tiles.h"
 
-// Counting sort of the n·k entries (entry t·k + s: token t's slot s) by expert, one thread per expert:
-// count, exclusive scan over the experts, then each expert lists its entries in entry order (so
-// within a bucket rows are in (token, slot) order, deterministically). offsets[e] .. offsets[e+1] is
-// expert e's bucket in `entries`; positions[entry] is the entry's place there.
-[[max_total_threads_per_threadgroup(ROUTER_MAX_EXPERTS)]] kernel void moe_bucket(device const int* ids [[buffer(0)]], device uint* offsets [[buffer(1)]],
-                       device uint* entries [[buffer(2)]], device uint* positions [[buffer(3)]],
-                       constant MoeTiledParams& p [[buffer(4)]], uint e [[thread_index_in_threadgroup]],
-                       uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
-                       uint simdgroups [[simdgroups_per_threadgroup]]) {
-  threadgroup uint totals[ROUTER_MAX_EXPERTS / 32u];
-  const uint entry_count = p.n * p.k;
-  uint count = 0u;
-  for (uint i = 0; i < entry_count; ++i) count += uint(ids[i]) == e ? 1u : 0u;
-  const uint before_in_simdgroup = simd_prefix_exclusive_sum(count);
-  const uint simdgroup_total = simd_sum(count);
-  if (lane == 0u) totals[sg] = simdgroup_total;
+// Counting sort of the n·k entries (entry t·k + s: token t's slot s) by expert, in three launches:
+// moe_bucket_count counts each block of MOE_BUCKET_BLOCK entries per expert and ranks every entry among
+// the earlier entries of its expert in the block; moe_bucket_scan turns the counts, laid out [expert,
+// block], into each (expert, block)'s first position by one exclusive scan; moe_bucket_scatter places
+// every entry at that position plus its rank. Within a bucket, entries are in entry order ((token,
+// slot) order), deterministically. offsets[e] .. offsets[e+1] is expert e's bucket in `entries`;
+// positions[entry] is the entry's place there. Ids outside 0 .. experts-1 are in no bucket.
+inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_BUCKET_BLOCK - 1u) / MOE_BUCKET_BLOCK; }
+
+// Threadgroup = one block of entries, one thread per expert (threads >= experts): thread e walks the
+// block's experts in threadgroup memory in entry order, so its ranks are stable. counts[e · blocks +
+// block] = the block's entries of expert e; positions[entry] = the entry's rank (scattered later).
+[[max_total_threads_per_threadgroup(ROUTER_MAX_EXPERTS)]] kernel void moe_bucket_count(device const int* ids [[buffer(0)]], device uint* counts [[buffer(1)]],
+                             device uint* positions [[buffer(2)]], constant MoeTiledParams& p [[buffer(3)]],
+                             uint block [[threadgroup_position_in_grid]], uint e [[thread_index_in_threadgroup]],
+                             uint threads [[threads_per_threadgroup]]) {
+  threadgroup uint expert_of[MOE_BUCKET_BLOCK];
+  threadgroup uint rank_of[MOE_BUCKET_BLOCK];
+  const uint entry_count = p.n * p.k, first = block * MOE_BUCKET_BLOCK;
+  for (uint j = e; j < MOE_BUCKET_BLOCK; j += threads) {
+    const uint i = first + j, id = uint(ids[min(i, entry_count - 1u)]);
+    expert_of[j] = i < entry_count && id < p.experts ? id : 0xffffffffu;  // matches no thread
+  }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  uint offset = before_in_simdgroup;
-  for (uint s = 0; s < simdgroups; ++s) offset += s < sg ? totals[s] : 0u;
-  if (e < p.experts) offsets[e] = offset;
-  if (e + 1u == p.experts) offsets[p.experts] = offset + count;
-  uint at = offset;
-  for (uint i = 0; i < entry_count; ++i) {
-    if (uint(ids[i]) == e) {
-      entries[at] = i;
-      positions[i] = at;
-      ++at;
+  uint count = 0u;
+  for (uint j = 0; j < MOE_BUCKET_BLOCK; ++j) {
+    if (expert_of[j] == e) {
+      rank_of[j] = count;
+      ++count;
     }
+  }
+  if (e < p.experts) counts[e * bucket_blocks(p) + block] = count;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint j = e; j < MOE_BUCKET_BLOCK; j += threads)
+    if (expert_of[j] != 0xffffffffu) positions[first + j] = rank_of[j];
+}
+
+// One threadgroup: counts [experts · blocks] become their exclusive prefix sums, in rounds of
+// MOE_SCAN_THREADS · MOE_SCAN_PER_THREAD consecutive counts (each thread a run of MOE_SCAN_PER_THREAD,
+// the runs' sums scanned by simdgroup prefix sums and once more over the simdgroups' totals), the
+// rounds chained by a carry. offsets[e] is expert e's block 0; offsets[experts] the number of entries
+// in buckets.
+[[max_total_threads_per_threadgroup(MOE_SCAN_THREADS)]] kernel void moe_bucket_scan(device uint* counts [[buffer(0)]], device uint* offsets [[buffer(1)]],
+                            constant MoeTiledParams& p [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint simdgroup_totals[MOE_SCAN_THREADS / 32];
+  const uint blocks = bucket_blocks(p), size = p.experts * blocks;
+  uint carry = 0u;
+  for (uint r0 = 0; r0 < size; r0 += uint(MOE_SCAN_THREADS) * MOE_SCAN_PER_THREAD) {
+    const uint first = r0 + MOE_SCAN_PER_THREAD * tid;
+    uint v[MOE_SCAN_PER_THREAD];
+    for (uint u = 0; u < MOE_SCAN_PER_THREAD; ++u) v[u] = counts[min(first + u, size - 1u)];
+    uint run = 0u;
+    for (uint u = 0; u < MOE_SCAN_PER_THREAD; ++u) run += first + u < size ? v[u] : 0u;
+    const uint before_in_simdgroup = simd_prefix_exclusive_sum(run);
+    if (lane == 31u) simdgroup_totals[sg] = before_in_simdgroup + run;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint total = simdgroup_totals[lane];
+    const uint simdgroups_before = simd_prefix_exclusive_sum(total), round_total = simd_sum(total);
+    uint at = carry + simd_shuffle(simdgroups_before, ushort(sg)) + before_in_simdgroup;
+    for (uint u = 0; u < MOE_SCAN_PER_THREAD; ++u) {
+      const uint i = first + u;
+      if (i < size) {
+        counts[i] = at;
+        if (i % blocks == 0u) offsets[i / blocks] = at;
+      }
+      at += first + u < size ? v[u] : 0u;
+    }
+    carry += round_total;
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // simdgroup_totals is rewritten by the next round
+  }
+  if (tid == 0u) offsets[p.experts] = carry;
+}
+
+// One thread per entry: its position = its (expert, block)'s first position + its rank.
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void moe_bucket_scatter(device const int* ids [[buffer(0)]], device const uint* counts [[buffer(1)]],
+                               device uint* entries [[buffer(2)]], device uint* positions [[buffer(3)]],
+                               constant MoeTiledParams& p [[buffer(4)]], uint i [[thread_position_in_grid]]) {
+  const uint entry_count = p.n * p.k, ic = min(i, entry_count - 1u);
+  const uint e = uint(ids[ic]), rank = positions[ic];
+  const uint first = counts[min(e, p.experts - 1u) * bucket_blocks(p) + ic / MOE_BUCKET_BLOCK];
+  if (i < entry_count && e < p.experts) {
+    positions[i] = first + rank;
+    entries[first + rank] = i;
   }
 }
 

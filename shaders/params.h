@@ -70,6 +70,13 @@
 #endif
 #define GEMM_WIDE_TILE 128u
 #define GEMM_WIDE_THREADS 256
+// The exact GEMM (gemm_exact.metal: the fp32 jobs of a tiled(n) call, the router): fp32 arithmetic, a
+// threadgroup of GEMM_EXACT_THREADS (16x16, 4x4 outputs each) computes GEMM_EXACT_TILE tokens x
+// GEMM_EXACT_TILE rows, stepping through the columns GEMM_EXACT_K at a time.
+#define GEMM_EXACT_TILE 64u
+#define GEMM_EXACT_K 32u
+#define GEMM_EXACT_THREADS 256
+
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
 #define NORM_THREADS 1024
@@ -174,6 +181,13 @@ struct MoeParams {
   uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
   uint split;    // moe_down: simdgroups per block of output rows
 };
+
+// MoE prefill's counting sort (moe_bucket_count, _scan, _scatter): entries counted and ranked in blocks
+// of MOE_BUCKET_BLOCK (one thread per expert walks a block), the [expert, block] counts scanned by one
+// threadgroup of MOE_SCAN_THREADS (32 simdgroups), MOE_SCAN_PER_THREAD counts per thread per round.
+#define MOE_BUCKET_BLOCK 512u
+#define MOE_SCAN_THREADS 1024
+#define MOE_SCAN_PER_THREAD 4u
 
 // MoE prefill (tiled(n)): the n·k (token, slot) entries bucketed by expert (moe_bucket), grouped GEMMs
 // over the buckets (moe_gate_up_tiled, moe_down_tiled; the shared expert, when `shared`, is bucket

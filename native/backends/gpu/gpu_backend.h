@@ -91,6 +91,12 @@ class GpuBackend final : public Backend {
                    int k, View out, const SharedExpert& shared) override;
   void argmax(View logits, int rows, int vocab, View ids) override;
 
+  // The MoE prefill's counting sort of the n·k entries of `ids` [n, k] (entry t·k + s) by expert, in
+  // entry order within each expert: offsets [experts + 1] (expert e's bucket is entries[offsets[e] ..
+  // offsets[e+1]]), entries [n·k] (entry indices in bucket order), positions [n·k] (each entry's place
+  // in `entries`). Ids outside 0 .. experts-1 are in no bucket (their positions are left as they were).
+  void bucket_by_expert(View ids, int n, int k, int experts, View offsets, View entries, View positions);
+
   // Kernel launches recorded since this backend was made, in all and by kernels::Id (for reports:
   // launches per token; and for the kernel tests: which kernels a case ran).
   uint64_t dispatch_count() const { return dispatches_; }
@@ -108,6 +114,7 @@ class GpuBackend final : public Backend {
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
   void gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n)
+  void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
   void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
                          View weights, int n, int k, View out, const SharedExpert& shared);
 
@@ -121,6 +128,7 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
   // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
+  std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {

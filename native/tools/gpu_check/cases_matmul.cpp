@@ -111,6 +111,74 @@ void add_matmul_cases(Cases& all) {
       c.expect_close("matmul", out, size_t(n) * 24, tiled ? tiled_tol : 2e-5f);
     });
 
+  // Exact jobs of a tiled chunk (MatmulJob::exact: the router and the shared-expert gate) on the fp32
+  // GEMM, next to fp16 jobs of the same group. Tolerance: fp32 products summed in a different order
+  // than the CPU's (measured at most 1.6e-6 of the output's scale over these cases, seeds 1-3, every
+  // order); 1e-5 is the fp32 contract of the router, and an fp16 operand alone is off by ~1e-4.
+  const float exact_tol = 1e-5f;
+  struct ExactShape {
+    std::string fmt;
+    int group;
+    DType scale;
+    int n, rows, cols;
+    size_t x_offset = 0;
+  };
+  for (ExactShape m : {ExactShape{"q8", 64, DType::BF16, 16, 256, 2048}, ExactShape{"q8", 64, DType::BF16, 65, 256, 512, 1},
+                       ExactShape{"q8", 64, DType::F16, 200, 70, 256}, ExactShape{"q4", 32, DType::F32, 17, 37, 96, 1},
+                       ExactShape{"bf16", 0, DType::BF16, 33, 65, 72}, ExactShape{"f16", 0, DType::BF16, 16, 9, 40, 1},
+                       ExactShape{"f32", 0, DType::BF16, 20, 64, 100}})
+    add("matmul_group exact " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
+            " " + std::to_string(m.rows) + "x" + std::to_string(m.cols) + (m.x_offset ? " unaligned" : ""),
+        [m, exact_tol, tiled_tol](Ctx& c) {
+          c.shape = std::to_string(m.rows) + "x" + std::to_string(m.cols) + " and a gate row (exact) + 24 rows (fp16), " +
+                    std::to_string(m.n) + " tokens";
+          HostWeight h(c.rng, m.fmt, m.rows, m.cols, 0, m.group ? m.group : 64, m.scale);
+          HostWeight gate(c.rng, m.fmt, 1, m.cols, 0, m.group ? m.group : 64, m.scale);
+          HostWeight other(c.rng, "f32", 24, m.cols);
+          WeightPair w = upload(c, h), g = upload(c, gate), o = upload(c, other);
+          Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * m.cols));
+          Pair out = c.zeros(size_t(m.n) * m.rows), gout = c.zeros(size_t(m.n)), oout = c.zeros(size_t(m.n) * 24);
+          std::vector<Backend::MatmulJob> jc{{w.cpu.get(), View(out.cpu.get()), true}, {g.cpu.get(), View(gout.cpu.get()), true},
+                                             {o.cpu.get(), View(oout.cpu.get())}};
+          std::vector<Backend::MatmulJob> jg{{w.gpu.get(), View(out.gpu.get()), true}, {g.gpu.get(), View(gout.gpu.get()), true},
+                                             {o.gpu.get(), View(oout.gpu.get())}};
+          const uint64_t exact_before = c.launches(gpu::kernels::gemm_exact::id), gemv_before = c.launches(gpu::kernels::gemv::id);
+          c.cpu.matmul_group(jc, View(x.cpu.get(), m.x_offset), m.n);
+          c.gpu.matmul_group(jg, View(x.gpu.get(), m.x_offset), m.n);
+          if (c.launches(gpu::kernels::gemm_exact::id) != exact_before + 1 || c.launches(gpu::kernels::gemv::id) != gemv_before)
+            throw Failure("the exact jobs of a chunk of " + std::to_string(m.n) + " tokens did not run as one exact GEMM");
+          c.expect_close("exact", out, size_t(m.n) * m.rows, exact_tol);
+          c.expect_close("exact gate", gout, size_t(m.n), exact_tol);
+          c.expect_close("fp16 job", oout, size_t(m.n) * 24, tiled_tol);
+        });
+
+  // Exact jobs on both sides of PREFILL_MIN_TOKENS, and more of them than one launch takes (5: 4, then 1).
+  for (int n : {1, int(PREFILL_MIN_TOKENS) - 1, int(PREFILL_MIN_TOKENS), 65})
+    add("matmul_group exact threshold n" + std::to_string(n), [n, exact_tol](Ctx& c) {
+      const int cols = 64;
+      c.shape = "5 exact matrices (q4, q8, bf16, f16, f32) x 64, " + std::to_string(n) + " tokens";
+      const char* fmts[] = {"q4", "q8", "bf16", "f16", "f32"};
+      const int rows[] = {70, 16, 33, 1, 9};
+      std::vector<HostWeight> hw;
+      for (int j = 0; j < 5; ++j) hw.emplace_back(c.rng, fmts[j], rows[j], cols);
+      std::vector<WeightPair> w;
+      std::vector<Pair> outs;
+      for (int j = 0; j < 5; ++j) w.push_back(upload(c, hw[size_t(j)])), outs.push_back(c.zeros(size_t(n) * rows[j]));
+      Pair x = c.floats(c.rng.normals(size_t(n) * cols));
+      std::vector<Backend::MatmulJob> jc, jg;
+      for (int j = 0; j < 5; ++j) {
+        jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get()), true});
+        jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get()), true});
+      }
+      const uint64_t before = c.launches(gpu::kernels::gemm_exact::id);
+      c.cpu.matmul_group(jc, View(x.cpu.get()), n);
+      c.gpu.matmul_group(jg, View(x.gpu.get()), n);
+      const uint64_t launched = c.launches(gpu::kernels::gemm_exact::id) - before;
+      if (launched != (n >= int(PREFILL_MIN_TOKENS) ? 2u : 0u))
+        throw Failure(std::to_string(n) + " tokens ran " + std::to_string(launched) + " exact GEMM launches");
+      for (int j = 0; j < 5; ++j) c.expect_close("matmul_group exact", outs[size_t(j)], size_t(n) * rows[j], exact_tol);
+    });
+
   // Fused jobs in one launch (4, then 1), every format, rows ragged against the tile.
   add("matmul_group tiled", [tiled_tol](Ctx& c) {
     const int n = 65, cols = 64;

@@ -77,6 +77,62 @@ void add_moe_cases(Cases& all) {
           c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
         });
 
+  // The counting sort by expert on its own, against a host counting sort, exactly: bucket offsets, the
+  // entries of each bucket in entry order, each entry's position. "random": k distinct experts per
+  // token, expert 1 never chosen (an empty bucket); "one for all": every token also picks expert 0;
+  // "out of range": some ids are -1 or >= experts (in no bucket, their positions untouched). Sizes
+  // cross the counting blocks (512 entries) raggedly and, at 512 experts, the scan's rounds (4,096).
+  struct BucketShape {
+    int n, k, experts;
+    std::string routing;
+  };
+  for (BucketShape b : {BucketShape{1, 8, 256, "random"}, BucketShape{15, 8, 256, "random"},
+                        BucketShape{16, 8, 256, "one for all"}, BucketShape{65, 8, 256, "random"},
+                        BucketShape{200, 8, 256, "one for all"}, BucketShape{65, 10, 512, "random"},
+                        BucketShape{460, 10, 512, "one for all"}, BucketShape{70, 3, 6, "out of range"},
+                        BucketShape{33, 1, 40, "one for all"}})
+    add("moe bucket " + std::to_string(b.experts) + " top-" + std::to_string(b.k) + " n" + std::to_string(b.n) + " " +
+            b.routing,
+        [b](Ctx& c) {
+      c.shape = std::to_string(b.n) + " tokens x " + std::to_string(b.k) + " of " + std::to_string(b.experts) + " experts";
+      const size_t count = size_t(b.n) * size_t(b.k);
+      std::vector<int32_t> id;
+      for (int t = 0; t < b.n; ++t) {
+        std::vector<int32_t> pool;
+        for (int e = 0; e < b.experts; ++e)
+          if (e != 1 && !(b.routing == "one for all" && e == 0)) pool.push_back(e);
+        std::shuffle(pool.begin(), pool.end(), c.rng.gen);
+        if (b.routing == "one for all") pool.insert(pool.begin() + c.rng.integer(0, b.k - 1), 0);
+        for (int s = 0; s < b.k; ++s) id.push_back(pool[size_t(s)]);
+      }
+      if (b.routing == "out of range")
+        for (size_t i = 0; i < count; i += 7) id[i] = i % 2 ? -1 : b.experts + int(i % 5);
+      // The host's counting sort.
+      const int32_t untouched = 0x7fffffff;
+      std::vector<int32_t> offsets(size_t(b.experts) + 1, 0), entries(count, untouched), positions(count, untouched);
+      for (int32_t e : id)
+        if (e >= 0 && e < b.experts) ++offsets[size_t(e) + 1];
+      for (int e = 0; e < b.experts; ++e) offsets[size_t(e) + 1] += offsets[size_t(e)];
+      std::vector<int32_t> next(offsets.begin(), offsets.end() - 1);
+      for (size_t i = 0; i < count; ++i)
+        if (id[i] >= 0 && id[i] < b.experts) positions[i] = next[size_t(id[i])]++, entries[size_t(positions[i])] = int32_t(i);
+      Pair ids = c.ints(id), off = c.ints(std::vector<int32_t>(offsets.size(), untouched));
+      Pair ent = c.ints(std::vector<int32_t>(count, untouched)), pos = c.ints(std::vector<int32_t>(count, untouched));
+      c.gpu.bucket_by_expert(View(ids.gpu.get()), b.n, b.k, b.experts, View(off.gpu.get()), View(ent.gpu.get()),
+                             View(pos.gpu.get()));
+      auto expect = [&](const char* what, const Pair& p, const std::vector<int32_t>& want) {
+        std::vector<int32_t> got(want.size());
+        c.gpu.read(View(p.gpu.get()), got.data(), got.size());
+        for (size_t i = 0; i < want.size(); ++i)
+          if (got[i] != want[i])
+            throw Failure(std::string(what) + "[" + std::to_string(i) + "]: gpu " + std::to_string(got[i]) + ", expected " +
+                          std::to_string(want[i]));
+      };
+      expect("offsets", off, offsets);
+      expect("entries", ent, entries);
+      expect("positions", pos, positions);
+    });
+
   // The tiled MoE prefill (counting sort by expert, grouped GEMMs, combine). Tolerance as the tiled
   // matmul's (cases_matmul.cpp): fp16 operands, h rounded to half once more before the down
   // projection; measured at most 7.8e-4 of the output's scale.

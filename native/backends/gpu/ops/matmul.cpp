@@ -87,6 +87,38 @@ void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
       .threads(wide ? GEMM_WIDE_THREADS : GEMM_THREADS).run();
 }
 
+static_assert(GEMM_EXACT_THREADS == 256 && GEMM_EXACT_TILE == 64,
+              "gemm_exact: 16x16 threads, each 4x4 outputs of a 64x64 tile, loading one tile row");
+static_assert(GEMM_EXACT_K % 8 == 0 && (GEMM_EXACT_TILE * GEMM_EXACT_K / 8) % GEMM_EXACT_THREADS == 0,
+              "gemm_exact: the tile loaders give each thread whole runs of 8 columns");
+
+void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
+  shader::GemmParams p{};
+  p.jobs = u32(count, "jobs");
+  p.n = u32(size_t(n), "tokens");
+  namespace g = k::gemm_exact;
+  Call call(*this, g::id);
+  const int w_at[] = {g::w0, g::w1, g::w2, g::w3};
+  const int s_at[] = {g::s0, g::s1, g::s2, g::s3};
+  const int b_at[] = {g::b0, g::b1, g::b2, g::b3};
+  const int o_at[] = {g::out0, g::out1, g::out2, g::out3};
+  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) {
+    if (j >= count) {  // unused slots: bound, never read
+      call.buf(w_at[j], nullptr).buf(s_at[j], nullptr).buf(b_at[j], nullptr).buf(o_at[j], nullptr);
+      continue;
+    }
+    const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
+    if (w.experts) fail("gpu backend: matmul of an expert stack");
+    if (j > 0 && w.desc.cols != p.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
+    p.w[j] = w.desc;
+    p.cols = w.desc.cols;
+    p.first_tile[j] = p.total_tiles;
+    p.total_tiles += ceil_div(w.desc.rows, GEMM_EXACT_TILE);
+    call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
+  }
+  call.buf(g::x, x).params(g::p, p).grid(p.total_tiles, ceil_div(p.n, GEMM_EXACT_TILE)).threads(GEMM_EXACT_THREADS).run();
+}
+
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
   auto lock = enter();
   MatmulJob job{&w, out};
@@ -96,13 +128,17 @@ void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
   auto lock = enter();
-  // Jobs that must be exact run on the fp32 GEMV kernels, the others tiled when the chunk is.
+  // Chunks that tiled(n) takes: jobs that must be exact on the fp32 GEMM, the others on the fp16 one;
+  // other calls on the fp32 GEMV kernels.
   std::vector<MatmulJob> fp32, fp16;
   for (const MatmulJob& j : jobs) (tiled(n) && !j.exact ? fp16 : fp32).push_back(j);
   for (size_t i = 0; i < fp16.size(); i += GEMV_MAX_JOBS)
     gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), x, n);
-  for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS)
-    gemv_jobs(fp32.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i), x, n);
+  for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
+    const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
+    if (tiled(n)) gemm_exact_jobs(fp32.data() + i, count, x, n);
+    else gemv_jobs(fp32.data() + i, count, x, n);
+  }
 }
 
 }  // namespace moelens::gpu

@@ -66,6 +66,29 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS).run();
 }
 
+static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
+
+void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
+  auto lock = enter();
+  if (n < 1 || top_k < 1) fail("gpu backend: bucketing ", n, " tokens of ", top_k, " experts each");
+  if (experts < 1 || experts > int(ROUTER_MAX_EXPERTS))
+    fail("gpu backend: bucketing by ", experts, " experts (the counting sort takes 1 to ", ROUTER_MAX_EXPERTS, ")");
+  shader::MoeTiledParams p{};
+  p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.experts = uint32_t(experts);
+  const uint32_t entry_count = u32(size_t(n) * size_t(top_k), "entries"), blocks = ceil_div(entry_count, MOE_BUCKET_BLOCK);
+  scratch(moe_bucket_counts_, size_t(experts) * blocks);
+  namespace bc = k::moe_bucket_count;
+  Call(*this, bc::id).buf(bc::ids, ids).buf(bc::counts, moe_bucket_counts_.get()).buf(bc::positions, positions)
+      .params(bc::p, p).grid(blocks).threads((p.experts + 31) / 32 * 32).run();
+  namespace bs = k::moe_bucket_scan;
+  Call(*this, bs::id).buf(bs::counts, moe_bucket_counts_.get()).buf(bs::offsets, offsets).params(bs::p, p).grid(1)
+      .threads(MOE_SCAN_THREADS).run();
+  namespace sc = k::moe_bucket_scatter;
+  Call(*this, sc::id).buf(sc::ids, ids).buf(sc::counts, moe_bucket_counts_.get()).buf(sc::entries, entries)
+      .buf(sc::positions, positions).params(sc::p, p).grid(ceil_div(entry_count, ELEMENTWISE_THREADS))
+      .threads(ELEMENTWISE_THREADS).run();
+}
+
 void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const GpuWeight& D, View x, View ids,
                                    View weights, int n, int top_k, View out, const SharedExpert& shared) {
   if (G.experts > int64_t(ROUTER_MAX_EXPERTS))
@@ -92,9 +115,8 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   scratch(moe_shared_y_, size_t(n) * p.hidden);
   const uint32_t buckets = p.experts + p.shared, token_tiles = ceil_div(p.n, GEMM_TILE_TOKENS);
 
-  namespace bk = k::moe_bucket;
-  Call(*this, bk::id).buf(bk::ids, ids).buf(bk::offsets, moe_offsets_.get()).buf(bk::entries, moe_entries_.get())
-      .buf(bk::positions, moe_positions_.get()).params(bk::p, p).grid(1).threads((p.experts + 31) / 32 * 32).run();
+  bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
+                   View(moe_positions_.get()));
 
   namespace gu = k::moe_gate_up_tiled;
   Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())

@@ -1,0 +1,101 @@
+// The exact matrix product for prefill chunks: jobs that must stay fp32 (MatmulJob::exact, the router
+// and the shared-expert gate, whose top-k choices a rounding error may flip) as a tiled GEMM on plain
+// fp32 arithmetic, instead of one GEMV pass per token. Matrix units take no fp32 operands in the
+// portable subset, so each thread accumulates a register block of outputs.
+#include <metal_stdlib>
+using namespace metal;
+#include "tiles.h"
+
+#define EXACT_RUNS_PER_THREAD (GEMM_EXACT_TILE * GEMM_EXACT_K / 8u / uint(GEMM_EXACT_THREADS))
+
+// Columns k0 .. k0+7 (past w.cols: zero) of weight row `row` (already clamped to the matrix), dequantised
+// in fp32 into v: scale·q + bias per MLX affine group (a run of 8 lies in one group), or the dense values.
+inline void exact_weight_run(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
+                             device const uchar* biases, ulong row, uint k0, thread float* v) {
+  device const uchar* row_data = data + row * w.row_bytes;
+  const bool q4 = w.format == WEIGHT_Q4;
+  if (q4 || w.format == WEIGHT_Q8) {
+    const uint words = w.row_bytes / 4u, per_word = q4 ? 8u : 4u;
+    const uint wi = min(k0 / per_word, words - 1u), wj = min(wi + 1u, words - 1u), group = wi >> w.group_shift;
+    const uint v0 = ((device const uint*)row_data)[wi];
+    const uint v1 = ((device const uint*)row_data)[wj];
+    const float sc = load_scale(scales + row * w.scale_row_bytes, group, w.scale_type);
+    const float bi = load_scale(biases + row * w.scale_row_bytes, group, w.scale_type);
+    for (uint e = 0; e < 8u; ++e) {
+      const float q = q4 ? unpack(v0, 4u * e, 15u) : unpack(e < 4u ? v0 : v1, 8u * (e & 3u), 255u);
+      v[e] = k0 + e < w.cols ? sc * q + bi : 0.0f;
+    }
+  } else {
+    for (uint e = 0; e < 8u; ++e) v[e] = load_dense(row_data, min(k0 + e, w.cols - 1u), w.format);
+    for (uint e = 0; e < 8u; ++e) v[e] = k0 + e < w.cols ? v[e] : 0.0f;
+  }
+}
+
+// out_j[t, r] = W_j[r] · x[t] in fp32 for up to GEMV_MAX_JOBS matrices that read the same x [n, cols],
+// the row tiles of all jobs numbered consecutively (GemmParams, tiles of GEMM_EXACT_TILE rows).
+// Threadgroup (row tile, token tile): GEMM_EXACT_TILE tokens x GEMM_EXACT_TILE rows; thread (ty, tx)
+// of 16x16 holds the 4x4 outputs of tokens ty + 16i and rows tx + 16j. Each K-step stores x and the
+// dequantised W column-major in threadgroup memory ([k][token], [k][row]: a warp's stores and its
+// reads of 16 consecutive rows fall on distinct banks), then every thread runs GEMM_EXACT_K rank-1
+// updates of its block, k in order.
+[[max_total_threads_per_threadgroup(GEMM_EXACT_THREADS)]] kernel void gemm_exact(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+                       device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
+                       device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
+                       device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
+                       device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
+                       device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
+                       device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
+                       device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
+                       device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                       uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float xs[GEMM_EXACT_K * GEMM_EXACT_TILE];
+  threadgroup float ws[GEMM_EXACT_K * GEMM_EXACT_TILE];
+  const uint tile = group.x, t0 = GEMM_EXACT_TILE * group.y;
+  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
+                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
+  const WeightDesc w = pick_weight(p.w, j);
+  const uint row0 =
+      GEMM_EXACT_TILE * (tile - (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]));
+  device const uchar* data = j == 0u ? w0 : j == 1u ? w1 : j == 2u ? w2 : w3;
+  device const uchar* scales = j == 0u ? s0 : j == 1u ? s1 : j == 2u ? s2 : s3;
+  device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
+  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+
+  // Loading: thread tid takes row (token) tid % 64 and runs of 8 columns tid / 64, +4 ...; rows past
+  // the matrix or the chunk repeat the last one (their outputs are not stored).
+  const uint load_row = tid % GEMM_EXACT_TILE, first_run = tid / GEMM_EXACT_TILE;
+  device const float* xrow = x + ulong(min(t0 + load_row, p.n - 1u)) * p.cols;
+  const ulong wrow = ulong(min(row0 + load_row, w.rows - 1u));
+  const uint ty = tid / 16u, tx = tid % 16u;
+  float acc[4][4];
+  for (uint i = 0; i < 4u; ++i)
+    for (uint c = 0; c < 4u; ++c) acc[i][c] = 0.0f;
+  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_EXACT_K) {
+    for (uint r = 0; r < EXACT_RUNS_PER_THREAD; ++r) {
+      const uint run = first_run + uint(GEMM_EXACT_THREADS) / GEMM_EXACT_TILE * r, c = k0 + 8u * run;
+      float xv[8], wv[8];
+      for (uint e = 0; e < 8u; ++e) xv[e] = xrow[min(c + e, p.cols - 1u)];
+      exact_weight_run(w, data, scales, biases, wrow, c, wv);
+      for (uint e = 0; e < 8u; ++e) {
+        xs[(8u * run + e) * GEMM_EXACT_TILE + load_row] = c + e < p.cols ? xv[e] : 0.0f;
+        ws[(8u * run + e) * GEMM_EXACT_TILE + load_row] = wv[e];
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint kk = 0; kk < GEMM_EXACT_K; ++kk) {
+      float a[4], b[4];
+      for (uint i = 0; i < 4u; ++i) a[i] = xs[kk * GEMM_EXACT_TILE + ty + 16u * i];
+      for (uint c = 0; c < 4u; ++c) b[c] = ws[kk * GEMM_EXACT_TILE + tx + 16u * c];
+      for (uint i = 0; i < 4u; ++i)
+        for (uint c = 0; c < 4u; ++c) acc[i][c] = fma(a[i], b[c], acc[i][c]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
+  }
+  for (uint i = 0; i < 4u; ++i) {
+    const uint t = t0 + ty + 16u * i;
+    for (uint c = 0; c < 4u; ++c) {
+      const uint row = row0 + tx + 16u * c;
+      if (t < p.n && row < w.rows) out[ulong(t) * w.rows + row] = acc[i][c];
+    }
+  }
+}
