@@ -46,6 +46,7 @@ function options() {
   }
   if (positionals.length !== 1) throw new UsageError("give one notebook (.ipynb)");
   if (!values.out) throw new UsageError("--out <file> is required");
+  if (!values.out.endsWith(".ipynb")) throw new UsageError(`--out ${values.out}: the executed notebook's name ends in .ipynb`);
   if (!["auto", "jupyter", "headless"].includes(values.runner)) throw new UsageError(`--runner ${values.runner}: use jupyter, headless or auto`);
   const timeout = Number(values.timeout);
   if (!Number.isInteger(timeout) || timeout < 1) throw new UsageError(`--timeout ${values.timeout}: a whole number of seconds`);
@@ -74,7 +75,9 @@ function onBackend(nb, file, backend) {
     throw new UsageError(`${file}: --backend needs exactly one \`${LOAD_CALL} ... })\` call to change; found ${cells.length}`);
   }
   cells[0].source = lines(source(cells[0]).replace(LOAD_CALL, `${LOAD_CALL} backend: ${JSON.stringify(backend)},`));
-  nb.cells.push({ cell_type: "code", execution_count: null, metadata: {}, outputs: [], source: ["model.info.backend"] });
+  const check = { cell_type: "code", execution_count: null, metadata: {}, outputs: [], source: ["model.info.backend"] };
+  // Cells have ids from nbformat 4.5 on.
+  nb.cells.push(nb.nbformat > 4 || nb.nbformat_minor >= 5 ? { id: "moelens-backend-check", ...check } : check);
 }
 
 function hasJupyter() {
@@ -88,7 +91,7 @@ function runJupyter(input, out, timeout) {
     requireDist("./install").installKernel({ prefix });
     const env = { ...process.env, JUPYTER_PATH: path.join(prefix, "share", "jupyter"), JUPYTER_RUNTIME_DIR: path.join(prefix, "runtime") };
     const args = ["-m", "nbconvert", "--to", "notebook", "--execute", `--ExecutePreprocessor.timeout=${timeout}`,
-      "--ExecutePreprocessor.kernel_name=moelens", input, "--output-dir", path.dirname(out), "--output", path.basename(out)];
+      "--ExecutePreprocessor.kernel_name=moelens", input, "--output-dir", path.dirname(out), "--output", path.basename(out, ".ipynb")];
     const run = spawnSync("python3", args, { env, stdio: "inherit" });
     if (run.status !== 0) throw new Error(`nbconvert --execute failed (exit ${run.status ?? run.signal})`);
   } finally {

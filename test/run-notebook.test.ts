@@ -34,7 +34,7 @@ function runNotebook(file: string, ...args: string[]) {
   const out = file.replace(/\.ipynb$/, ".out.ipynb");
   const r = spawnSync(process.execPath, [path.join(root, "scripts", "run-notebook.mjs"), file, "--out", out, "--runner", "headless", ...args], {
     encoding: "utf8",
-    timeout: 110_000,
+    timeout: 200_000,
   });
   return { status: r.status, output: `${r.stdout}${r.stderr}`, out };
 }
@@ -54,20 +54,20 @@ test("every cell runs; values, displays and the backend the model ran on are in 
   expect(cells[1].outputs[0]).toMatchObject({ output_type: "display_data", data: { "text/html": "<b>shown</b>" } });
   expect(cells[2].source.join("")).toContain('await load(MODEL_DIR, { backend: "emulator", threads: 1 })');
   expect(cells[3].outputs[0].data["text/plain"]).toBe("'emulator'");
-});
+}, 240_000);
 
 test("a failing cell fails the run and names the cell and the error", () => {
   const r = runNotebook(notebook("failing", ["1 + 1", 'throw new RangeError("an expected failure")', "2 + 2"]));
   expect(r.status).toBe(1);
   expect(r.output).toMatch(/cell\[2\] failed:[\s\S]*RangeError[\s\S]*an expected failure/);
   expect(r.output).not.toContain("cell[3]");
-});
+}, 240_000);
 
 test("a type error fails the run", () => {
   const r = runNotebook(notebook("typed", ['const n: number = "not a number";']));
   expect(r.status).toBe(1);
   expect(r.output).toMatch(/cell\[1\] has type errors:[\s\S]*not assignable to type 'number'/);
-});
+}, 240_000);
 
 test("--backend on a notebook without one load(MODEL_DIR, {...}) call, and bad options, are refused", () => {
   const file = notebook("plain", ["1 + 1"]);
@@ -75,5 +75,6 @@ test("--backend on a notebook without one load(MODEL_DIR, {...}) call, and bad o
   expect(r.status).toBe(2);
   expect(r.output).toContain("plain.ipynb: --backend needs exactly one `await load(MODEL_DIR, { ... })` call to change; found 0");
   expect(runNotebook(file, "--timeout", "soon").output).toContain("--timeout soon: a whole number of seconds");
+  expect(runNotebook(file, "--out", path.join(dir, "executed.json")).output).toContain("executed.json: the executed notebook's name ends in .ipynb");
   expect(runNotebook(path.join(dir, "missing.ipynb")).output).toMatch(/missing\.ipynb: not a readable notebook/);
 });
