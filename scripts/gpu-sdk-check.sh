@@ -132,10 +132,12 @@ serve_check() {
     node -e '
       const [url] = process.argv.slice(1);
       (async () => {
+        const models = await (await fetch(`${url}/models`)).json();
+        const model = models.data[0].id;
         const res = await fetch(`${url}/completions`, {
           method: "POST",
           headers: { "content-type": "application/json" },
-          body: JSON.stringify({ prompt: "The jury said", max_tokens: 24, temperature: 0, stream: true }),
+          body: JSON.stringify({ model, prompt: "The jury said", max_tokens: 24, temperature: 0, stream: true }),
         });
         if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
         let text = "", events = 0, done = false, pending = "";
@@ -150,7 +152,7 @@ serve_check() {
             text += JSON.parse(line.slice(6)).choices?.[0]?.text ?? "";
           }
         }
-        console.log(`${events} events${done ? ", then [DONE]" : ""}: ${JSON.stringify(text)}`);
+        console.log(`${model}: ${events} events${done ? ", then [DONE]" : ""}: ${JSON.stringify(text)}`);
         if (!done || events === 0 || text === "") throw new Error("the stream ended without text or without [DONE]");
       })().catch((e) => { console.error(e.message); process.exit(1); });
     ' "$url"
