@@ -1,17 +1,20 @@
 // Streaming generation on the t1 fixture model with the t1-tokenizer: greedy equals a hand-written
 // argmax loop, seeds reproduce, every stop condition ends it with the right reason, ids past the
 // tokenizer's vocabulary are never produced, and a Conversation re-feeds only what each turn adds.
+// The model runs on the CPU backend, or on MOELENS_TEST_GPU_BACKEND (e.g. "cuda") at exact precision.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { load, type GenerateChunk, type Model } from "moelens";
 import { makeTextModelDir } from "./fixtures/t1-tokenizer/model-dir";
+import { chosenGpuBackend } from "./helpers/gpu-backend";
 
 const fixture = makeTextModelDir();
+const modelOptions = chosenGpuBackend ? { backend: chosenGpuBackend, precision: "fp32" as const } : { threads: 1 };
 let model: Model;
 
 beforeAll(async () => {
-  model = await load(fixture.dir, { threads: 1 });
+  model = await load(fixture.dir, modelOptions);
 });
 afterAll(() => {
   model?.tokenizer?.close();
@@ -48,7 +51,7 @@ async function manualGreedy(prompt: number[], n: number): Promise<number[]> {
 
 const prompt = "The jury said";
 
-describe("generate on t1 + t1-tokenizer", () => {
+describe(`generate on t1 + t1-tokenizer (${chosenGpuBackend ?? "cpu"})`, () => {
   it("loads the tokenizer and generation config with the model", () => {
     expect(model.tokenizer!.vocabSize).toBe(1000);
     expect(model.config.vocabSize).toBe(1024);
@@ -146,7 +149,7 @@ describe("generate on t1 + t1-tokenizer", () => {
     (json.text_config ?? json).max_position_embeddings = 40;
     fs.rmSync(config);
     fs.writeFileSync(config, JSON.stringify(json));
-    const m = await load(small.dir, { threads: 1 });
+    const m = await load(small.dir, modelOptions);
     try {
       expect(m.config.maxPositionEmbeddings).toBe(40);
       const promptIds = m.tokenizer!.encode(prompt);

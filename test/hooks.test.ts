@@ -1,13 +1,16 @@
 // Hook points: the listing, capture by name and pattern on the CPU backend and the GPU emulator, edits
-// and hook functions, each checked against effects computed by hand from captured values.
+// and hook functions, each checked against effects computed by hand from captured values. The GPU
+// checks run on the Metal host (on Linux over the emulator), or on MOELENS_TEST_GPU_BACKEND (e.g. "cuda").
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { beforeAll, describe, expect, test } from "vitest";
 import { biasExperts, load, meanAblate, scaleAt, setAt, addAt, zeroAt, type ForwardResult, type HookPoint, type Model, Tensor } from "moelens";
 import { fixtureCases, fixturesDir, get } from "./helpers/fixtures";
+import { gpuBackend, isBuilt } from "./helpers/gpu-backend";
 
 const t1 = fixtureCases().find((c) => c.name === "t1/mlx")!;
 const prompt = Array.from(get(t1.ref, "p0.input_ids").data).slice(0, 9);
+const gpuName = gpuBackend("emulator");
 
 let model: Model;
 beforeAll(async () => {
@@ -93,8 +96,8 @@ describe("capture by name", () => {
     expect(maxAbsDiff(r.cache.get("logits").data, r.logits.data)).toBe(0);
   });
 
-  test("every hook point on the GPU backend (emulator), with its shape and the CPU's values", async () => {
-    const gpu = await load(t1.modelDir, { backend: "emulator", precision: "fp32" });  // the exact kernels: values compared below
+  test.runIf(isBuilt(gpuName))(`every hook point on the GPU backend (${gpuName}), with its shape and the CPU's values`, async () => {
+    const gpu = await load(t1.modelDir, { backend: gpuName, precision: "fp32" });  // the exact kernels: values compared below
     const [rg, rc] = [await captureEverything(gpu), await captureEverything(model)];
     for (const name of ["embed", "blocks.1.deltanet.state_norm", "blocks.3.attn.probs", "blocks.3.resid_post", "logits"]) {
       const c = rc.cache.get(name).data;
@@ -104,8 +107,8 @@ describe("capture by name", () => {
     gpu.dispose();
   });
 
-  test("edits and hook functions act on the GPU backend (emulator) as on the CPU", async () => {
-    const gpu = await load(t1.modelDir, { backend: "emulator", precision: "fp32" });
+  test.runIf(isBuilt(gpuName))(`edits and hook functions act on the GPU backend (${gpuName}) as on the CPU`, async () => {
+    const gpu = await load(t1.modelDir, { backend: gpuName, precision: "fp32" });
     const options = {
       logits: "all" as const,
       edits: [meanAblate("blocks.0.deltanet.head_out", { heads: [2] }), scaleAt("blocks.3.attn.out", 0.5)],

@@ -3,15 +3,19 @@
 // the mock Objective-C runtime, whose command buffers execute the kernels on the CPU emulator; so
 // this checks binding indices, parameter structs, grid sizes and buffer lifetimes between host and
 // kernels, against the CPU backend on every fixture. On a Mac it runs on the GPU. These checks use the
-// exact precision ("fp32"); the fp16 prefill kernels have their own accuracy checks.
+// exact precision ("fp32"); the fp16 prefill kernels have their own accuracy checks. With
+// MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the same checks run on that backend.
 import { afterEach, describe, expect, test } from "vitest";
 import { disableExperts, forceExperts, load, scaleSharedExpert, steer, type Model } from "moelens";
 import { native } from "../sdk/native";
 import { fixtureCases, get } from "./helpers/fixtures";
+import { chosenGpuBackend, isBuilt } from "./helpers/gpu-backend";
 
 const hasMetal = (native().backends() as string[]).includes("metal");
 // Off macOS the Metal host runs over the mock runtime only when asked for by name.
 const metal = { backend: "metal", emulator: process.platform !== "darwin" } as const;
+const gpuOptions = chosenGpuBackend ? ({ backend: chosenGpuBackend } as const) : metal;
+const gpuName = gpuOptions.backend;
 const cases = fixtureCases();
 
 // max |gpu - cpu| over each row, relative to the row's largest |cpu| value.
@@ -67,9 +71,9 @@ test("on macOS, emulator: true is refused: metal runs on the GPU there", async (
   }
 });
 
-describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts }) => {
+describe.runIf(isBuilt(gpuName)).each(cases)(`${gpuName} on $name`, ({ modelDir, ref, prompts }) => {
   test("logits at every position and greedy decoding follow the CPU backend", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...metal, precision: "fp32" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...gpuOptions, precision: "fp32" })]);
     expect(gpu.info).toBeDefined();
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 12);
@@ -94,7 +98,7 @@ describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts
   });
 
   test("decodeGreedy (the token stays on the device) chooses what the decode loop chooses", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...metal, precision: "fp32" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...gpuOptions, precision: "fp32" })]);
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, 10);
     const loop = cpu.session();
@@ -105,7 +109,7 @@ describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts
     for (const model of [cpu, gpu]) {
       const s = model.session();
       await s.prefill(ids);
-      expect(await s.decodeGreedy(first, 6), model === cpu ? "cpu" : "metal").toEqual(want);
+      expect(await s.decodeGreedy(first, 6), model === cpu ? "cpu" : backend).toEqual(want);
       expect(s.position).toBe(ids.length + 6);
       // The state after it is the decode loop's: the next step's logits agree.
       const after = await s.decode(want[5]);
@@ -116,7 +120,7 @@ describe.runIf(hasMetal).each(cases)("metal on $name", ({ modelDir, ref, prompts
   });
 });
 
-describe.runIf(hasMetal)("metal: traces, interventions, forks", () => {
+describe.runIf(isBuilt(gpuName))(`${gpuName}: traces, interventions, forks`, () => {
   const { modelDir, ref, prompts } = cases.find((c) => c.name === "t2/mlx") ?? cases[0];
   let cpu: Model;
   let gpu: Model;
@@ -124,7 +128,7 @@ describe.runIf(hasMetal)("metal: traces, interventions, forks", () => {
 
   test("captures match the CPU backend, in random thread order", async () => {
     process.env.MOELENS_EMU_ORDER = "random";
-    [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...metal, precision: "fp32" })]);
+    [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { ...gpuOptions, precision: "fp32" })]);
     const attnLayer = cpu.config.layerTypes.indexOf("full_attention");
     const options = {
       logits: "all" as const,

@@ -2,13 +2,17 @@
 // logits at every position, greedy decode through the caches, router top-k sets, residual stream,
 // split prefills and forks. Both exact-class precisions run every check with the same tolerances:
 // "fp32" (the default) and "int24" (integer activations whose rounding is of the order of fp32's).
+// With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the same checks run on that GPU backend at its exact
+// precision, "fp32", with the same tolerances.
 import { describe, expect, test } from "vitest";
 import { load, type Model, type Precision } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
+import { chosenGpuBackend } from "./helpers/gpu-backend";
 import { std } from "./helpers/safetensors";
 
-const parityPrecisions: Precision[] = ["fp32", "int24"];
-const cases = fixtureCases().flatMap((c) => parityPrecisions.map((precision) => ({ ...c, precision })));
+const backend = chosenGpuBackend ?? "cpu";
+const parityPrecisions: Precision[] = chosenGpuBackend ? ["fp32"] : ["fp32", "int24"];
+const cases = fixtureCases().flatMap((c) => parityPrecisions.map((precision) => ({ ...c, precision, backend })));
 
 // Logits within 1e-3 of the reference logits' standard deviation, at each position.
 function expectLogitsClose(ours: Float32Array, ref: Float32Array, vocab: number, what: string) {
@@ -33,12 +37,13 @@ test("fixtures are present", () => {
   expect(cases.length).toBeGreaterThanOrEqual(2);
 });
 
-describe.each(cases)("$name, $precision", ({ modelDir, ref, prompts, precision }) => {
+describe.each(cases)("$name, $backend, $precision", ({ modelDir, ref, prompts, precision, backend }) => {
   let model: Model;
   const vocab = () => model.config.vocabSize;
 
   test("loads", async () => {
-    model = await load(modelDir, { precision });
+    model = await load(modelDir, { backend, precision });
+    expect(model.info.backend).toBe(backend);
     expect(model.info.precision).toBe(precision);
     expect(model.config.numLayers).toBe(get(ref, `${prompts[0]}.hidden`).shape[0]);
   });

@@ -1,10 +1,14 @@
 // Prefill attention on the GPU backend's flash-attention kernels, end to end through the SDK: the
 // emulator backend at its default precision ("fp16": prefill chunks of at least 16 tokens run the tiled
 // kernels, fp16 operands with fp32 accumulation) against the CPU backend on every fixture. A prompt is
-// prefilled in two chunks, the second continuing the KV cache of the first, then decoded.
+// prefilled in two chunks, the second continuing the KV cache of the first, then decoded. With
+// MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
 import { expect, test } from "vitest";
 import { load } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
+import { gpuBackend } from "./helpers/gpu-backend";
+
+const backend = gpuBackend("emulator");
 
 // Both chunks are long enough for the tiled kernels (PREFILL_MIN_TOKENS, shaders/params.h, is 16).
 const FIRST = 16;
@@ -44,12 +48,12 @@ function maxRelDiff(gpu: Float32Array, cpu: Float32Array): number {
 }
 
 test.each(fixtureCases())(
-  "$name: fp16 prefill logits and the decoding after them follow the CPU backend",
+  `$name: fp16 prefill logits on ${backend} and the decoding after them follow the CPU backend`,
   async ({ modelDir, ref, prompts }) => {
     const [cpu, gpu, exact] = await Promise.all([
       load(modelDir, { backend: "cpu", threads: 1 }),
-      load(modelDir, { backend: "emulator", precision: "fp16" }),
-      load(modelDir, { backend: "emulator", precision: "fp32" }),
+      load(modelDir, { backend, precision: "fp16" }),
+      load(modelDir, { backend, precision: "fp32" }),
     ]);
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, FIRST + SECOND);

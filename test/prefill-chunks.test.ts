@@ -1,12 +1,14 @@
 // Long prompts run in chunks of `prefillChunk` tokens (the backend's default, or the load option): the
 // result must not depend on where the chunks end, on the CPU backend and on the GPU backend's kernels
 // (the emulator), including a ragged last chunk and, in fp16, chunks on both sides of the tiled
-// kernels' threshold.
+// kernels' threshold. With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
 import { describe, expect, test } from "vitest";
-import { load } from "moelens";
+import { load, type BackendName } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
+import { gpuBackend } from "./helpers/gpu-backend";
 
 const t1 = fixtureCases().find((c) => c.name === "t1/mlx")!;
+const gpuName = gpuBackend("emulator");
 
 function maxRowDiff(a: Float32Array, b: Float32Array, width: number): number {
   let worst = 0;
@@ -28,7 +30,7 @@ function argmax(a: Float32Array): number {
   return b;
 }
 
-async function logits(backend: "cpu" | "emulator", options: { prefillChunk?: number; precision?: "fp32" | "fp16" }, ids: number[]) {
+async function logits(backend: BackendName, options: { prefillChunk?: number; precision?: "fp32" | "fp16" }, ids: number[]) {
   const model = await load(t1.modelDir, { backend, threads: 1, fresh: true, ...options });
   const s = model.session();
   const r = await s.prefill(ids, { logits: "all" });
@@ -47,16 +49,16 @@ describe("prefill in chunks", () => {
     expect(maxRowDiff(chunked.next, whole.next, whole.vocab)).toBeLessThan(1e-5);
   });
 
-  test("the GPU kernels (exact precision) give the CPU's logits with a ragged last chunk", async () => {
+  test(`the GPU kernels (exact precision, ${gpuName}) give the CPU's logits with a ragged last chunk`, async () => {
     const cpu = await logits("cpu", {}, ids);
-    const gpu = await logits("emulator", { precision: "fp32", prefillChunk: 24 }, ids);
+    const gpu = await logits(gpuName, { precision: "fp32", prefillChunk: 24 }, ids);
     expect(maxRowDiff(gpu.all, cpu.all, cpu.vocab)).toBeLessThan(1e-4);
     expect(maxRowDiff(gpu.next, cpu.next, cpu.vocab)).toBeLessThan(1e-4);
   });
 
-  test("the GPU kernels in fp16 choose the CPU's top-1 with chunks on both sides of the tiled threshold", async () => {
+  test(`the GPU kernels in fp16 (${gpuName}) choose the CPU's top-1 with chunks on both sides of the tiled threshold`, async () => {
     const cpu = await logits("cpu", {}, ids);
-    const gpu = await logits("emulator", { precision: "fp16", prefillChunk: 24 }, ids);  // 24 + 24 + 12 tokens
+    const gpu = await logits(gpuName, { precision: "fp16", prefillChunk: 24 }, ids);  // 24 + 24 + 12 tokens
     let agree = 0;
     for (let t = 0; t < ids.length; t++) {
       const c = cpu.all.subarray(t * cpu.vocab, (t + 1) * cpu.vocab);

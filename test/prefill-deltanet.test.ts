@@ -1,5 +1,5 @@
 // DeltaNet prefill on the GPU backend's tiled path (precision "fp16": the token-parallel conv and the
-// chunked gated delta rule), end to end on the CPU emulator (and on a Mac's GPU), against the CPU backend
+// chunked gated delta rule), end to end on the CPU emulator (and on a Mac's GPU; or on MOELENS_TEST_GPU_BACKEND, e.g. "cuda"), against the CPU backend
 // on each fixture's longest prompt, cut to 70 tokens (past PREFILL_MIN_TOKENS and a 64-token chunk): the
 // logits of every position, then decoding from the conv and DeltaNet states the prefill left.
 import * as fs from "node:fs";
@@ -8,6 +8,7 @@ import { describe, expect, test } from "vitest";
 import { load, type BackendName } from "moelens";
 import { native } from "../sdk/native";
 import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
+import { chosenGpuBackend } from "./helpers/gpu-backend";
 
 const params = fs.readFileSync(path.resolve(__dirname, "..", "shaders", "params.h"), "utf8");
 const prefillMinTokens = Number(/#define PREFILL_MIN_TOKENS (\d+)u/.exec(params)![1]);
@@ -60,7 +61,10 @@ const fixtures = fixtureCases()
   .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
   .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
 // On Linux the metal backend is the mock runtime over the same emulator: only a Mac adds a device.
-const backends: BackendName[] = ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? (["metal"] as const) : [])];
+// MOELENS_TEST_GPU_BACKEND (e.g. "cuda") replaces them.
+const backends: BackendName[] = chosenGpuBackend
+  ? [chosenGpuBackend]
+  : ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? (["metal"] as const) : [])];
 const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
 
 test("the fixtures have prompts on the tiled path", () => {
@@ -102,11 +106,11 @@ describe.each(cases)("DeltaNet prefill on $backend (fp16), $name", ({ modelDir, 
   });
 });
 
-describe("DeltaNet traces on the prompt path (fp16)", () => {
+describe(`DeltaNet traces on the prompt path (fp16) on ${backends[0]}`, () => {
   const { modelDir, ref, prompts } = fixtures[0];
 
   test("β, decay and the state norm match the CPU backend", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: "emulator", precision: "fp16" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: backends[0], precision: "fp16" })]);
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, prefillMinTokens + 4);
     const rc = await cpu.session().prefill(ids, { capture: ["deltanet"] });
     const rg = await gpu.session().prefill(ids, { capture: ["deltanet"] });

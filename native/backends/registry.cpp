@@ -35,6 +35,9 @@ std::unique_ptr<Backend> make_unconfigured(const std::string& name, const Backen
   }
   std::string all;
   for (const std::string& n : backend_names()) all += (all.empty() ? "" : ", ") + n;
+  if (name == "cuda")
+    fail("this build has no cuda backend (it has: ", all, "); build it where nvcc is, with MOELENS_CUDA=1 npm install "
+         "(or cmake -DMOELENS_CUDA=ON)");
   fail("unknown backend '", name, "' (this build has: ", all, ")");
 }
 

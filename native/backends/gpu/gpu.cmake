@@ -78,10 +78,12 @@ if(MOELENS_HAS_METAL_HOST)
 endif()
 
 if(MOELENS_CUDA)
-  enable_language(CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  # Hopper (sm_90) unless chosen: -DCMAKE_CUDA_ARCHITECTURES or CMake's CUDAARCHS variable. Set before
+  # enable_language, which otherwise fills in nvcc's own default (an older architecture).
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()
+  enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   add_library(moelens_cuda STATIC ${MOELENS_CUDA_SOURCES} ${MOELENS_GPU_DIR}/cuda/cuda_runtime.cu)
   target_include_directories(moelens_cuda PUBLIC ${MOELENS_GEN_DIR} ${MOELENS_SHADER_DIR} ${MOELENS_GPU_DIR})
