@@ -10,13 +10,6 @@ inline float f16_bits_to_float(ushort bits) { return float(as_type<half>(bits));
 
 inline float silu(float x) { return x / (1.0f + exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
-// log(1 + e^x) as torch computes it (x above 20 returns x); small e^x takes the series so that the
-// result keeps its relative precision, as log1p does.
-inline float softplus(float x) {
-  if (x > 20.0f) return x;
-  const float e = exp(x);
-  return e < 1e-4f ? e * (1.0f - 0.5f * e) : log(1.0f + e);
-}
 
 // Element g of a row of scales or biases stored as bf16, f16 or f32. `row` is 4-byte aligned (the
 // backend pads scale rows to 4 bytes), so one unconditional 4-byte load serves every type: kernels

@@ -4,6 +4,14 @@
 using namespace metal;
 #include "common.h"
 
+// log(1 + e^x) as torch computes it (x above 20 returns x); small e^x takes the series so that the
+// result keeps its relative precision, as log1p does.
+inline float softplus(float x) {
+  if (x > 20.0f) return x;
+  const float e = exp(x);
+  return e < 1e-4f ? e * (1.0f - 0.5f * e) : log(1.0f + e);
+}
+
 // One thread per channel: out[t, c] = silu(Σ_j w[c, j] · stream[t + j, c]) where stream is the
 // `kernel-1` cached raw inputs followed by x; the cache then keeps the last kernel-1 rows of the stream.
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_silu(device const float* x [[buffer(0)]], device float* state [[buffer(1)]],

@@ -102,16 +102,10 @@
 #define ROUTER_MAX_K 64u
 // The causal conv keeps the last kernel-1 inputs per channel in registers.
 #define CONV_MAX_KERNEL 16u
-// DeltaNet prefill: the token-parallel conv computes CONV_TOKENS tokens per thread; the chunked delta
-// rule works on chunks of DELTANET_CHUNK tokens (64: the kernels' G scan takes two per lane), with
-// DELTANET_PREFILL_THREADS threads per threadgroup, each scan threadgroup carrying
-// DELTANET_SCAN_COLUMNS columns of a value head's state.
+// DeltaNet prefill: the token-parallel conv computes CONV_TOKENS tokens per thread.
 #ifndef CONV_TOKENS
 #define CONV_TOKENS 16u
 #endif
-#define DELTANET_CHUNK 64u
-#define DELTANET_SCAN_COLUMNS 16u
-#define DELTANET_PREFILL_THREADS 128
 // Threads of the row-reduction kernels (rms_norm, argmax, router, attention).
 #define REDUCE_THREADS 256
 // Logits per threadgroup of the arg-max's first pass.
@@ -254,19 +248,6 @@ struct DeltaNetParams {
   uint trace_beta;
   uint trace_decay;
   uint trace_norm;
-};
-
-// The chunked gated delta rule over `n` tokens (chunks of DELTANET_CHUNK, the last one padded).
-struct DeltaNetChunkParams {
-  uint n;
-  uint chunks;
-  uint key_heads;
-  uint value_heads;
-  uint key_dim;
-  uint value_dim;
-  float eps;
-  uint trace_beta;
-  uint trace_decay;
 };
 
 struct AttentionPrepParams {

@@ -117,9 +117,6 @@ class GpuBackend final : public Backend {
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
   void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
                          View weights, int n, int k, View out, const SharedExpert& shared);
-  // The gated delta rule of a prompt in chunks (ops/deltanet.cpp).
-  void deltanet_chunked(View qkv, View b, View a, View A_log, View dt_bias, View state, int n, const DeltaNetShape& s,
-                        View out, const DeltaNetTrace& trace);
 
   std::unique_ptr<Runtime> runtime_;
   Precision precision_;
@@ -132,7 +129,6 @@ class GpuBackend final : public Backend {
   // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
-  std::unique_ptr<GpuBuffer> deltanet_chunks_;  // deltanet_chunk_prep's results for deltanet_chunk_scan
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {

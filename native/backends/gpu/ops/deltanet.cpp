@@ -32,10 +32,6 @@ void GpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
   if (s.key_dim % 4 != 0 || s.key_dim > int(DELTANET_MAX_KEY_DIM))
     fail("gpu backend: DeltaNet key_dim ", s.key_dim, " (the kernel needs a multiple of 4, at most ", DELTANET_MAX_KEY_DIM, ")");
   if (s.key_heads <= 0 || s.value_heads % s.key_heads != 0) fail("gpu backend: DeltaNet value heads not a multiple of key heads");
-  // Prompts on the chunked kernels, where their shapes fit; the state norm after every token is only
-  // known to the token-by-token kernel.
-  const bool chunk_shape = s.value_dim % int(DELTANET_SCAN_COLUMNS) == 0 && s.value_dim <= DELTANET_MAX_VALUE_DIM;
-  if (tiled(n) && chunk_shape && !trace.state_norm) return deltanet_chunked(qkv, b, a, A_log, dt_bias, state, n, s, out, trace);
   shader::DeltaNetParams p{u32(size_t(n), "tokens"), uint32_t(s.key_heads), uint32_t(s.value_heads), uint32_t(s.key_dim),
                            uint32_t(s.value_dim), s.eps, trace.beta ? 1u : 0u, trace.decay ? 1u : 0u,
                            trace.state_norm ? 1u : 0u};
@@ -46,41 +42,6 @@ void GpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
       .buf(d::state, state).buf(d::out, out).opt(d::trace_beta, trace.beta).opt(d::trace_decay, trace.decay)
       .opt(d::trace_norm, trace.state_norm).params(d::p, p).grid(p.value_heads, p.value_dim / columns)
       .threads(4 * columns).run();
-}
-
-// Tokens per pair of launches: the scratch between them grows with the chunks of one pass (about 180 KB
-// per chunk and value head at key_dim = value_dim = 128), not with the prompt.
-constexpr int kDeltaNetTokensPerPass = 16 * int(DELTANET_CHUNK);
-
-void GpuBackend::deltanet_chunked(View qkv, View b, View a, View A_log, View dt_bias, View state, int n,
-                                  const DeltaNetShape& s, View out, const DeltaNetTrace& trace) {
-  const size_t Hv = size_t(s.value_heads), Dk = size_t(s.key_dim), Dv = size_t(s.value_dim);
-  const size_t conv_dim = 2 * size_t(s.key_heads) * Dk + Hv * Dv, C = DELTANET_CHUNK;
-  // Scratch regions in floats, for the chunks of one pass.
-  const size_t slots = ceil_div(size_t(std::min(n, kDeltaNetTokensPerPass)), C) * Hv;
-  const size_t q_at = 0, k_at = q_at + slots * C * Dk, v_at = k_at + slots * C * Dk, w_at = v_at + slots * C * Dv,
-               u_at = w_at + slots * C * Dk, p_at = u_at + slots * C * Dv, g_at = p_at + slots * C * C,
-               total = g_at + slots * C;
-  scratch(deltanet_chunks_, total);
-  auto region = [&](size_t at) { return View(deltanet_chunks_.get(), at); };
-  for (int t0 = 0; t0 < n; t0 += kDeltaNetTokensPerPass) {
-    const int m = std::min(kDeltaNetTokensPerPass, n - t0);
-    shader::DeltaNetChunkParams p{u32(size_t(m), "tokens"), ceil_div(size_t(m), C), uint32_t(s.key_heads),
-                                  uint32_t(s.value_heads), uint32_t(s.key_dim), uint32_t(s.value_dim), s.eps,
-                                  trace.beta ? 1u : 0u, trace.decay ? 1u : 0u};
-    const size_t tok = size_t(t0);
-    namespace d = k::deltanet_chunk_prep;
-    Call(*this, d::id).buf(d::qkv, qkv.at(tok * conv_dim)).buf(d::b, b.at(tok * Hv)).buf(d::a, a.at(tok * Hv))
-        .buf(d::A_log, A_log).buf(d::dt_bias, dt_bias).buf(d::qg, region(q_at)).buf(d::kn, region(k_at))
-        .buf(d::vs, region(v_at)).buf(d::w, region(w_at)).buf(d::u, region(u_at)).buf(d::pm, region(p_at))
-        .buf(d::gcum, region(g_at)).opt(d::trace_beta, trace.beta ? trace.beta.at(tok * Hv) : View())
-        .opt(d::trace_decay, trace.decay ? trace.decay.at(tok * Hv) : View()).params(d::p, p)
-        .grid(p.chunks, p.value_heads).threads(DELTANET_PREFILL_THREADS).run();
-    namespace e = k::deltanet_chunk_scan;
-    Call(*this, e::id).buf(e::qg, region(q_at)).buf(e::kn, region(k_at)).buf(e::w, region(w_at)).buf(e::u, region(u_at))
-        .buf(e::pm, region(p_at)).buf(e::gcum, region(g_at)).buf(e::state, state).buf(e::out, out.at(tok * Hv * Dv))
-        .params(e::p, p).grid(p.value_heads, p.value_dim / DELTANET_SCAN_COLUMNS).threads(DELTANET_PREFILL_THREADS).run();
-  }
 }
 
 }  // namespace moelens::gpu
