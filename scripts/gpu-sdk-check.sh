@@ -27,7 +27,7 @@ EOF
 backend=cuda
 prebuilt=0
 notebook=01-quickstart
-tests="test/parity.test.ts,test/prefill-attention.test.ts,test/prefill-chunks.test.ts,test/prefill-deltanet.test.ts,test/metal.test.ts,test/hooks.test.ts,test/generate.test.ts,test/cuda-backend.test.ts"
+tests="test/parity.test.ts,test/prefill-attention.test.ts,test/prefill-chunks.test.ts,test/prefill-deltanet.test.ts,test/prefill-router.test.ts,test/metal.test.ts,test/hooks.test.ts,test/generate.test.ts,test/cuda-backend.test.ts"
 log_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in

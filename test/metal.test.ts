@@ -109,7 +109,7 @@ describe.runIf(isBuilt(gpuName)).each(cases)(`${gpuName} on $name`, ({ modelDir,
     for (const model of [cpu, gpu]) {
       const s = model.session();
       await s.prefill(ids);
-      expect(await s.decodeGreedy(first, 6), model === cpu ? "cpu" : backend).toEqual(want);
+      expect(await s.decodeGreedy(first, 6), model === cpu ? "cpu" : gpuName).toEqual(want);
       expect(s.position).toBe(ids.length + 6);
       // The state after it is the decode loop's: the next step's logits agree.
       const after = await s.decode(want[5]);

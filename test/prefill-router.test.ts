@@ -1,6 +1,6 @@
 // The router and the expert buckets of prompts on the GPU backend's tiled path (fp16 precision: the
 // router's logits on the exact fp32 GEMM, the experts on the counting sort and the grouped GEMMs), end
-// to end on the CPU emulator (and on a Mac's GPU), against the CPU backend: the chosen experts of every
+// to end on the CPU emulator (and on a Mac's GPU; or on MOELENS_TEST_GPU_BACKEND, e.g. "cuda"), against the CPU backend: the chosen experts of every
 // layer and token, their weights, and the logits of every position. Two MoE fixtures, one per router
 // format (t1/mlx: MLX affine 8-bit, as the real checkpoint; t3/hf: bf16, top-2), each on its longest
 // prompt cut to PREFILL_MIN_TOKENS + 4 tokens: the emulator runs the fp16 path's grouped GEMMs lane by
@@ -8,9 +8,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, test } from "vitest";
-import { load } from "moelens";
+import { load, type BackendName } from "moelens";
 import { native } from "../sdk/native";
 import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
+import { chosenGpuBackend } from "./helpers/gpu-backend";
 
 const params = fs.readFileSync(path.resolve(__dirname, "..", "shaders", "params.h"), "utf8");
 const prefillMinTokens = Number(/#define PREFILL_MIN_TOKENS (\d+)u/.exec(params)![1]);
@@ -43,7 +44,10 @@ const fixtures = fixtureCases()
   .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
   .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
 // On Linux the metal backend is the mock runtime over the same emulator: only a Mac adds a device.
-const backends = ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? ["metal"] : [])];
+// MOELENS_TEST_GPU_BACKEND (e.g. "cuda") replaces them.
+const backends: BackendName[] = chosenGpuBackend
+  ? [chosenGpuBackend]
+  : ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? (["metal"] as const) : [])];
 const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
 
 test("the MoE fixtures have prompts on the tiled path", () => {
