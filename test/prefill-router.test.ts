@@ -8,10 +8,9 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, test } from "vitest";
-import { load, type BackendName } from "moelens";
-import { native } from "../sdk/native";
+import { load } from "moelens";
 import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
-import { chosenGpuBackend } from "./helpers/gpu-backend";
+import { promptPathBackends } from "./helpers/gpu-backend";
 
 const params = fs.readFileSync(path.resolve(__dirname, "..", "shaders", "params.h"), "utf8");
 const prefillMinTokens = Number(/#define PREFILL_MIN_TOKENS (\d+)u/.exec(params)![1]);
@@ -43,11 +42,7 @@ const fixtures = fixtureCases()
   .filter((c) => routerFixtures.includes(c.name))
   .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
   .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
-// On Linux the metal backend is the mock runtime over the same emulator: only a Mac adds a device.
-// MOELENS_TEST_GPU_BACKEND (e.g. "cuda") replaces them.
-const backends: BackendName[] = chosenGpuBackend
-  ? [chosenGpuBackend]
-  : ["emulator", ...(process.platform === "darwin" && (native().backends() as string[]).includes("metal") ? (["metal"] as const) : [])];
+const backends = promptPathBackends();
 const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
 
 test("the MoE fixtures have prompts on the tiled path", () => {

@@ -33,3 +33,13 @@ export function gpuBackend(suiteDefault: BackendName): BackendName {
 export function isBuilt(name: BackendName): boolean {
   return (native().backends() as string[]).includes(name);
 }
+
+/**
+ * The backends the prompt-path suites run on: the chosen one, else the CPU emulator of the kernels
+ * and, on a Mac with Metal, its GPU (on Linux the metal backend is the mock runtime over the same
+ * emulator, so it adds nothing).
+ */
+export function promptPathBackends(): BackendName[] {
+  if (chosenGpuBackend) return [chosenGpuBackend];
+  return ["emulator", ...(process.platform === "darwin" && isBuilt("metal") ? (["metal"] as const) : [])];
+}
