@@ -97,6 +97,10 @@
 #define DELTANET_MAX_KEY_DIM 128u
 #define DELTANET_MAX_VALUE_DIM 128
 #define DELTANET_MAX_THREADS 512
+// deltanet_tokens (prompts, n > 1): tokens staged per block in threadgroup memory, simdgroups per
+// threadgroup (4 columns each).
+#define DELTANET_BLOCK 16u
+#define DELTANET_TOKENS_SIMDGROUPS 4u
 // The router runs one thread per expert.
 #define ROUTER_MAX_EXPERTS 512u
 #define ROUTER_MAX_K 64u

@@ -35,6 +35,17 @@ void GpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
   shader::DeltaNetParams p{u32(size_t(n), "tokens"), uint32_t(s.key_heads), uint32_t(s.value_heads), uint32_t(s.key_dim),
                            uint32_t(s.value_dim), s.eps, trace.beta ? 1u : 0u, trace.decay ? 1u : 0u,
                            trace.state_norm ? 1u : 0u};
+  // A prompt stages its tokens in blocks (deltanet_tokens) unless the state norm is traced, which sums over a
+  // whole head in one threadgroup.
+  if (n > 1 && !trace.state_norm && s.key_dim % 32 == 0) {
+    uint32_t simdgroups = DELTANET_TOKENS_SIMDGROUPS;  // 4 columns each, dividing value_dim
+    while ((p.value_dim / 4) % simdgroups != 0) simdgroups /= 2;
+    namespace dt = k::deltanet_tokens;
+    Call(*this, dt::id).buf(dt::qkv, qkv).buf(dt::b, b).buf(dt::a, a).buf(dt::A_log, A_log).buf(dt::dt_bias, dt_bias)
+        .buf(dt::state, state).buf(dt::out, out).opt(dt::trace_beta, trace.beta).opt(dt::trace_decay, trace.decay)
+        .params(dt::p, p).grid(p.value_heads, p.value_dim / (4 * simdgroups)).threads(32 * simdgroups).run();
+    return;
+  }
   // 8 columns of a head per threadgroup (one simdgroup); the whole head in one when its state norm is traced.
   const uint32_t columns = trace.state_norm ? p.value_dim : 8u;
   namespace d = k::deltanet;
