@@ -89,7 +89,11 @@ function resolve(from, name) {
   }
 }
 function add(key) {
-  if (wanted.has(key) || !fs.existsSync(key)) return;
+  if (wanted.has(key)) return;
+  if (!fs.existsSync(key)) {
+    if (pkgs[key].optional) return;  // another platform's binary, say
+    throw new Error(`${key} is in package-lock.json but not installed here: run npm install first`);
+  }
   wanted.add(key);
   const p = pkgs[key];
   // Peers marked optional (a bundler's CSS preprocessors, say) are what a user of the package adds.

@@ -47,6 +47,10 @@ export interface LoadOptions {
   /** Tokens per forward chunk of a long prompt (default: 512 on the CPU, 4,096 on a GPU): scratch memory
    * grows with it, and a GPU reads each expert's weights once per chunk. Results do not depend on it. */
   prefillChunk?: number;
+  /** GPU backends at precision "fp16": calls of at least this many tokens run on the tiled (matrix-unit)
+   * prompt kernels, shorter ones on the exact decode kernels. Default: the measured crossover,
+   * PREFILL_MIN_TOKENS (64); set it to run short prompts on the tiled kernels too. */
+  prefillMinTokens?: number;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;
   /** Called as layers are placed on the backend. */
@@ -160,12 +164,18 @@ export async function load(dir: string = embeddedModelDir, options: LoadOptions 
   if (options.prefillChunk !== undefined && (!Number.isInteger(prefillChunk) || prefillChunk < 1 || prefillChunk > 1 << 20)) {
     throw new Error(`prefillChunk must be a whole number of tokens from 1 to ${1 << 20}; got ${JSON.stringify(options.prefillChunk)}`);
   }
-  const key = `${resolved}\0${backend}\0${threads}\0${precision}\0${prefillChunk}`;
+  const prefillMinTokens = options.prefillMinTokens ?? 0;
+  if (options.prefillMinTokens !== undefined) {
+    if (!Number.isInteger(prefillMinTokens) || prefillMinTokens < 1 || prefillMinTokens > 1 << 20)
+      throw new Error(`prefillMinTokens must be a whole number of tokens from 1 to ${1 << 20}; got ${JSON.stringify(options.prefillMinTokens)}`);
+    if (backend === "cpu") throw new Error(`prefillMinTokens is an option of the GPU backends; the cpu backend has no tiled kernels`);
+  }
+  const key = `${resolved}\0${backend}\0${threads}\0${precision}\0${prefillChunk}\0${prefillMinTokens}`;
   const cached = options.fresh ? undefined : loadedModels.get(key)?.deref();
   if (cached && !cached.disposed) return cached;
   const hasTokenizer = fs.existsSync(path.join(resolved, "tokenizer.json"));
   const [nativeModel, tokenizer] = await Promise.all([
-    native().loadModel(resolved, { backend, threads, precision, prefillChunk }, options.onProgress),
+    native().loadModel(resolved, { backend, threads, precision, prefillChunk, prefillMinTokens }, options.onProgress),
     hasTokenizer ? loadTokenizer(resolved) : undefined,
   ]);
   const model = new Model(nativeModel, resolved, tokenizer);

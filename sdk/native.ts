@@ -120,7 +120,7 @@ export interface NativeModel {
 export interface NativeAddon {
   loadModel(
     dir: string,
-    options: { backend?: string; threads?: number; precision?: string; prefillChunk?: number },
+    options: { backend?: string; threads?: number; precision?: string; prefillChunk?: number; prefillMinTokens?: number },
     onProgress?: (done: number, total: number) => void,
   ): Promise<NativeModel>;
   backends(): string[];

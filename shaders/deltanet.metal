@@ -84,13 +84,15 @@ inline float softplus(float x) {
 
 // The gated delta rule for prompts: the recurrence of `deltanet` below, with the work that does not depend on
 // the state taken off the sequential path. Tokens go in blocks of DELTANET_BLOCK: the threadgroup first
-// normalises the block's q and k, computes β, the decay and k·q, and stages v, all tokens at once; then each
-// lane steps through the block from threadgroup memory. A column is spread over 8 lanes (key_dim / 8 keys
-// each) and both sums come from the state before the update, in one pass and one set of shuffles:
+// normalises the block's q and k, computes k·q, β and the decay, and stages v, all tokens at once, in
+// threadgroup memory; then each lane steps through the block from there. A column is spread over 8 lanes
+// (key_dim / 8 keys each) and both sums come from the state before the update, in one pass and one set of
+// shuffles:
 //   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ).
-// Lane part p of a column holds the keys 4(p + 8i) .. 4(p + 8i) + 3, so the 8 parts reading a float4 of k or q
-// read one contiguous 128-byte run (no bank conflicts). key_dim a multiple of 32, value_dim of 4·simdgroups;
-// grid (value_heads, value_dim / (4 · simdgroups)).
+// Lane part p of a column holds the keys 4(p + 8i) + e (e < 4): the 8 parts reading key 4(p + 8i) + e hit 8
+// different banks. Scalars only: a vector's copy takes its address, which would put the state in local
+// memory under CUDA. key_dim a multiple of 32, value_dim of 4·simdgroups; grid (value_heads,
+// value_dim / (4 · simdgroups)).
 [[max_total_threads_per_threadgroup(32 * DELTANET_TOKENS_SIMDGROUPS)]] kernel void deltanet_tokens(
     device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]], device const float* a [[buffer(2)]],
     device const float* A_log [[buffer(3)]], device const float* dt_bias [[buffer(4)]], device float* state [[buffer(5)]],
@@ -99,8 +101,8 @@ inline float softplus(float x) {
     uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
     uint lane [[thread_index_in_simdgroup]], uint simdgroups [[simdgroups_per_threadgroup]],
     uint threads [[threads_per_threadgroup]]) {
-  threadgroup float4 qs[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM / 4u];
-  threadgroup float4 ks[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM / 4u];
+  threadgroup float qs[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM];
+  threadgroup float ks[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM];
   threadgroup float vs[DELTANET_BLOCK * 4u * DELTANET_TOKENS_SIMDGROUPS];
   threadgroup float betas[DELTANET_BLOCK];
   threadgroup float decays[DELTANET_BLOCK];
@@ -110,36 +112,32 @@ inline float softplus(float x) {
   const uint key_total = p.key_heads * Dk, conv_dim = 2u * key_total + Hv * Dv;
   const uint hv = group.x, kh = hv / (Hv / p.key_heads);
   const uint columns = 4u * simdgroups, col0 = group.y * columns, col = sg * 4u + lane / 8u, j = col0 + col;
-  const uint part = lane % 8u, runs = Dk / 32u, row4 = Dk / 4u;  // float4 runs per lane; float4s per key row
+  const uint part = lane % 8u, runs = Dk / 32u, row4 = Dk / 4u;  // runs of 4 keys per lane; per key row
   const float q_scale = 1.0f / sqrt(float(Dk)), neg_A = -exp(A_log[hv]), bias = dt_bias[hv];
+  constexpr uint KEYS = DELTANET_MAX_KEY_DIM / 8u;  // a lane's keys at most
 
   device float* S = state + ulong(hv) * Dk * Dv;
-  float4 s[DELTANET_MAX_KEY_DIM / 32u];
-  for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 32u; ++i) {  // clamped, unused past `runs`
-    const ulong key = 4u * (part + 8u * min(i, runs - 1u));
-    s[i] = float4(S[key * Dv + j], S[(key + 1u) * Dv + j], S[(key + 2u) * Dv + j], S[(key + 3u) * Dv + j]);
-  }
+  float s[KEYS];
+  for (uint i = 0; i < KEYS; ++i)  // clamped, unused past 4·runs
+    s[i] = S[ulong(4u * (part + 8u * min(i / 4u, runs - 1u)) + i % 4u) * Dv + j];
 
   for (uint t0 = 0; t0 < p.n; t0 += DELTANET_BLOCK) {
     const uint count = min(DELTANET_BLOCK, p.n - t0);
-    // q and k of the block, l2-normalised, and k·q: a simdgroup per token, a float4 per lane.
+    // q and k of the block, l2-normalised, and k·q: a simdgroup per token, 4 keys per lane.
     for (uint t = sg; t < count; t += simdgroups) {
-      device const float* row = qkv + ulong(t0 + t) * conv_dim;
-      const uint c = min(lane, row4 - 1u) * 4u;
-      const float4 q = float4(row[kh * Dk + c], row[kh * Dk + c + 1u], row[kh * Dk + c + 2u], row[kh * Dk + c + 3u]);
-      device const float* kr = row + key_total + kh * Dk + c;
-      const float4 k = float4(kr[0], kr[1], kr[2], kr[3]);
+      device const float* qr = qkv + ulong(t0 + t) * conv_dim + kh * Dk + min(lane, row4 - 1u) * 4u;
+      device const float* kr = qr + key_total;
+      float q[4], k[4];
+      for (uint e = 0; e < 4u; ++e) q[e] = qr[e], k[e] = kr[e];
       const bool mine = lane < row4;
-      const float qq = simd_sum(mine ? q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w : 0.0f);
-      const float kk = simd_sum(mine ? k.x * k.x + k.y * k.y + k.z * k.z + k.w * k.w : 0.0f);
-      const float qk = simd_sum(mine ? q.x * k.x + q.y * k.y + q.z * k.z + q.w * k.w : 0.0f);
+      float qq = 0.0f, kk = 0.0f, qk = 0.0f;
+      for (uint e = 0; e < 4u; ++e) qq += q[e] * q[e], kk += k[e] * k[e], qk += q[e] * k[e];
+      qq = simd_sum(mine ? qq : 0.0f);
+      kk = simd_sum(mine ? kk : 0.0f);
+      qk = simd_sum(mine ? qk : 0.0f);
       const float qn = q_scale / sqrt(qq + p.eps), kn = 1.0f / sqrt(kk + p.eps);
-      if (mine) {  // word by word: the strict address-space build has no vector stores
-        threadgroup float* qd = (threadgroup float*)(qs + t * row4 + lane);
-        threadgroup float* kd = (threadgroup float*)(ks + t * row4 + lane);
-        qd[0] = q.x * qn, qd[1] = q.y * qn, qd[2] = q.z * qn, qd[3] = q.w * qn;
-        kd[0] = k.x * kn, kd[1] = k.y * kn, kd[2] = k.z * kn, kd[3] = k.w * kn;
-      }
+      if (mine)
+        for (uint e = 0; e < 4u; ++e) qs[t * Dk + lane * 4u + e] = q[e] * qn, ks[t * Dk + lane * 4u + e] = k[e] * kn;
       if (lane == 0u) kqs[t] = qk * qn * kn;
     }
     for (uint t = tid; t < count; t += threads) {  // β and the decay: a thread per token
@@ -155,15 +153,17 @@ inline float softplus(float x) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     for (uint t = 0; t < count; ++t) {
-      float m = 0.0f, o = 0.0f;
-      for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 32u; ++i) {
-        const uint at = t * row4 + part + 8u * min(i, runs - 1u);
-        const float4 k = ks[at], q = qs[at];
-        if (i < runs) {
-          m += s[i].x * k.x + s[i].y * k.y + s[i].z * k.z + s[i].w * k.w;
-          o += s[i].x * q.x + s[i].y * q.y + s[i].z * q.z + s[i].w * q.w;
+      float k[KEYS], mp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, op[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (uint i = 0; i < KEYS; ++i) {
+        const uint key = 4u * (part + 8u * min(i / 4u, runs - 1u)) + i % 4u;
+        k[i] = ks[t * Dk + key];
+        const float q = qs[t * Dk + key];
+        if (i / 4u < runs) {
+          mp[i % 4u] += s[i] * k[i];
+          op[i % 4u] += s[i] * q;
         }
       }
+      float m = (mp[0] + mp[1]) + (mp[2] + mp[3]), o = (op[0] + op[1]) + (op[2] + op[3]);
       for (ushort x = 1; x < 8; x <<= 1) {
         m += simd_shuffle_xor(m, x);
         o += simd_shuffle_xor(o, x);
@@ -171,23 +171,14 @@ inline float softplus(float x) {
       const float decay = decays[t];
       const float delta = betas[t] * (vs[t * columns + col] - decay * m);
       o = decay * o + delta * kqs[t];
-      for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 32u; ++i) {
-        const float4 k = ks[t * row4 + part + 8u * min(i, runs - 1u)];
-        if (i < runs) s[i] = s[i] * decay + k * delta;
-      }
+      for (uint i = 0; i < KEYS; ++i)
+        if (i / 4u < runs) s[i] = s[i] * decay + k[i] * delta;
       if (part == 0u) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + j] = o;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the next block overwrites the staged tokens
   }
-  for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 32u; ++i) {  // a constant trip count keeps s[] in registers
-    const ulong key = 4u * (part + 8u * i);
-    if (i < runs) {
-      S[key * Dv + j] = s[i].x;
-      S[(key + 1u) * Dv + j] = s[i].y;
-      S[(key + 2u) * Dv + j] = s[i].z;
-      S[(key + 3u) * Dv + j] = s[i].w;
-    }
-  }
+  for (uint i = 0; i < KEYS; ++i)  // a constant trip count keeps s[] in registers
+    if (i / 4u < runs) S[ulong(4u * (part + 8u * (i / 4u)) + i % 4u) * Dv + j] = s[i];
 }
 
 // The gated delta rule, token by token:

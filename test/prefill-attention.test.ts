@@ -1,18 +1,18 @@
 // Prefill attention on the GPU backend's flash-attention kernels, end to end through the SDK: the
-// emulator backend at its default precision ("fp16": prefill chunks of at least 16 tokens run the tiled
+// emulator backend at precision "fp16" (prefill chunks of at least TILED_FROM tokens run the tiled
 // kernels, fp16 operands with fp32 accumulation) against the CPU backend on every fixture. A prompt is
 // prefilled in two chunks, the second continuing the KV cache of the first, then decoded. With
 // MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
 import { expect, test } from "vitest";
 import { load } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
-import { gpuBackend } from "./helpers/gpu-backend";
+import { gpuBackend, TILED_FROM } from "./helpers/gpu-backend";
 
 const backend = gpuBackend("emulator");
 
-// Both chunks are long enough for the tiled kernels (PREFILL_MIN_TOKENS, shaders/params.h, is 16).
-const FIRST = 16;
-const SECOND = 17;
+// Both chunks are long enough for the tiled kernels (from TILED_FROM tokens: the prefillMinTokens of the load).
+const FIRST = TILED_FROM;
+const SECOND = TILED_FROM + 1;
 const DECODE = 3;
 
 function argmax(a: Float32Array): number {
@@ -52,7 +52,7 @@ test.each(fixtureCases())(
   async ({ modelDir, ref, prompts }) => {
     const [cpu, gpu, exact] = await Promise.all([
       load(modelDir, { backend: "cpu", threads: 1 }),
-      load(modelDir, { backend, precision: "fp16" }),
+      load(modelDir, { backend, precision: "fp16", prefillMinTokens: TILED_FROM }),
       load(modelDir, { backend, precision: "fp32" }),
     ]);
     const vocab = cpu.config.vocabSize;

@@ -5,7 +5,7 @@
 import { describe, expect, test } from "vitest";
 import { load, type BackendName } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
-import { gpuBackend } from "./helpers/gpu-backend";
+import { gpuBackend, TILED_FROM } from "./helpers/gpu-backend";
 
 const t1 = fixtureCases().find((c) => c.name === "t1/mlx")!;
 const gpuName = gpuBackend("emulator");
@@ -30,7 +30,11 @@ function argmax(a: Float32Array): number {
   return b;
 }
 
-async function logits(backend: BackendName, options: { prefillChunk?: number; precision?: "fp32" | "fp16" }, ids: number[]) {
+async function logits(
+  backend: BackendName,
+  options: { prefillChunk?: number; precision?: "fp32" | "fp16"; prefillMinTokens?: number },
+  ids: number[],
+) {
   const model = await load(t1.modelDir, { backend, threads: 1, fresh: true, ...options });
   const s = model.session();
   const r = await s.prefill(ids, { logits: "all" });
@@ -58,7 +62,7 @@ describe("prefill in chunks", () => {
 
   test(`the GPU kernels in fp16 (${gpuName}) choose the CPU's top-1 with chunks on both sides of the tiled threshold`, async () => {
     const cpu = await logits("cpu", {}, ids);
-    const gpu = await logits(gpuName, { precision: "fp16", prefillChunk: 24 }, ids);  // 24 + 24 + 12 tokens
+    const gpu = await logits(gpuName, { precision: "fp16", prefillChunk: 24, prefillMinTokens: TILED_FROM }, ids);  // 24 + 24 + 12 tokens
     let agree = 0;
     for (let t = 0; t < ids.length; t++) {
       const c = cpu.all.subarray(t * cpu.vocab, (t + 1) * cpu.vocab);
@@ -67,6 +71,23 @@ describe("prefill in chunks", () => {
     }
     expect(agree / ids.length).toBeGreaterThanOrEqual(0.995);
     expect(argmax(gpu.next)).toBe(argmax(cpu.next));
+  });
+
+  test(`prefillMinTokens picks the kernels of an fp16 prompt (${gpuName})`, async () => {
+    const short = ids.slice(0, 20);
+    const exact = await logits(gpuName, { precision: "fp32" }, short);
+    const below = await logits(gpuName, { precision: "fp16", prefillMinTokens: 21 }, short);
+    const tiled = await logits(gpuName, { precision: "fp16", prefillMinTokens: 20 }, short);
+    // Below the threshold an fp16 model runs the exact kernels: the fp32 model's logits, bit for bit.
+    expect(Array.from(below.all)).toEqual(Array.from(exact.all));
+    // From it, the tiled kernels: fp16 operands move the logits by far more than fp32 rounding.
+    expect(maxRowDiff(tiled.all, exact.all, exact.vocab)).toBeGreaterThan(1e-4);
+  });
+
+  test("prefillMinTokens is validated", async () => {
+    await expect(load(t1.modelDir, { backend: gpuName, prefillMinTokens: 0 })).rejects.toThrow(/prefillMinTokens must be a whole number of tokens from 1/);
+    await expect(load(t1.modelDir, { backend: gpuName, prefillMinTokens: 1.5 })).rejects.toThrow(/prefillMinTokens must be a whole number/);
+    await expect(load(t1.modelDir, { backend: "cpu", prefillMinTokens: 16 })).rejects.toThrow(/option of the GPU backends/);
   });
 
   test("prefillChunk is validated", async () => {

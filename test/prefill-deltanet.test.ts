@@ -1,17 +1,13 @@
-// DeltaNet prefill on the GPU backend's tiled path (precision "fp16": the token-parallel conv; the delta
-// rule token by token), end to end on the CPU emulator (and on a Mac's GPU; or on MOELENS_TEST_GPU_BACKEND,
-// e.g. "cuda"), against the CPU backend on each fixture's longest prompt, cut to 70 tokens (past
-// PREFILL_MIN_TOKENS and a 64-token chunk): the logits of every position, then decoding from the conv and
+// DeltaNet prefill on the GPU backend's tiled path (precision "fp16" from TILED_FROM tokens: the
+// token-parallel conv; the delta rule on deltanet_tokens), end to end on the CPU emulator (and on a Mac's
+// GPU; or on MOELENS_TEST_GPU_BACKEND, e.g. "cuda"), against the CPU backend on each fixture's longest
+// prompt, cut to 70 tokens (past TILED_FROM, four blocks of DELTANET_BLOCK and a 64-token chunk): the logits of every position, then decoding from the conv and
 // DeltaNet states the prefill left.
-import * as fs from "node:fs";
-import * as path from "node:path";
 import { describe, expect, test } from "vitest";
 import { load } from "moelens";
 import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
-import { promptPathBackends } from "./helpers/gpu-backend";
+import { promptPathBackends, TILED_FROM } from "./helpers/gpu-backend";
 
-const params = fs.readFileSync(path.resolve(__dirname, "..", "shaders", "params.h"), "utf8");
-const prefillMinTokens = Number(/#define PREFILL_MIN_TOKENS (\d+)u/.exec(params)![1]);
 
 function rowStats(row: Float32Array) {
   let best = 0;
@@ -55,7 +51,7 @@ const promptTokens = 70;
 const promptLength = (c: FixtureCase, p: string) => get(c.ref, `${p}.input_ids`).data.length;
 const fixtures = fixtureCases()
   .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
-  .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
+  .filter((c) => promptLength(c, c.prompts[0]) > TILED_FROM);
 const backends = promptPathBackends();
 const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
 
@@ -65,7 +61,7 @@ test("the fixtures have prompts on the tiled path", () => {
 
 describe.each(cases)("DeltaNet prefill on $backend (fp16), $name", ({ modelDir, ref, prompts, backend }) => {
   test("logits of every position, then decoding from the prefilled state, follow the CPU backend", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend, precision: "fp16" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend, precision: "fp16", prefillMinTokens: TILED_FROM })]);
     expect(gpu.info.precision).toBe("fp16");
     const vocab = cpu.config.vocabSize;
     for (const prompt of prompts) {
@@ -99,8 +95,8 @@ describe(`DeltaNet traces on the prompt path (fp16) on ${backends[0]}`, () => {
   const { modelDir, ref, prompts } = fixtures[0];
 
   test("β, decay and the state norm match the CPU backend", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: backends[0], precision: "fp16" })]);
-    const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, prefillMinTokens + 4);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend: backends[0], precision: "fp16", prefillMinTokens: TILED_FROM })]);
+    const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, TILED_FROM + 4);
     const rc = await cpu.session().prefill(ids, { capture: ["deltanet"] });
     const rg = await gpu.session().prefill(ids, { capture: ["deltanet"] });
     // β and decay come from the b and a projections, which fp16 prompts multiply in fp16 (3e-3 of the

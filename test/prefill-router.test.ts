@@ -3,17 +3,15 @@
 // to end on the CPU emulator (and on a Mac's GPU; or on MOELENS_TEST_GPU_BACKEND, e.g. "cuda"), against the CPU backend: the chosen experts of every
 // layer and token, their weights, and the logits of every position. Two MoE fixtures, one per router
 // format (t1/mlx: MLX affine 8-bit, as the real checkpoint; t3/hf: bf16, top-2), each on its longest
-// prompt cut to PREFILL_MIN_TOKENS + 4 tokens: the emulator runs the fp16 path's grouped GEMMs lane by
+// prompt cut to TILED_FROM + 4 tokens: the emulator runs the fp16 path's grouped GEMMs lane by
 // lane, about 20 s per fixture on one core.
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { describe, expect, test } from "vitest";
 import { load } from "moelens";
 import { type FixtureCase, fixtureCases, get } from "./helpers/fixtures";
-import { promptPathBackends } from "./helpers/gpu-backend";
+import { promptPathBackends, TILED_FROM } from "./helpers/gpu-backend";
 
-const params = fs.readFileSync(path.resolve(__dirname, "..", "shaders", "params.h"), "utf8");
-const prefillMinTokens = Number(/#define PREFILL_MIN_TOKENS (\d+)u/.exec(params)![1]);
 
 function argmax(row: Float32Array): number {
   let b = 0;
@@ -35,13 +33,13 @@ function topKMargin(row: Float32Array, k: number): number {
   return k < sorted.length ? sorted[k - 1] - sorted[k] : Infinity;
 }
 
-const promptTokens = prefillMinTokens + 4;
+const promptTokens = TILED_FROM + 4;
 const promptLength = (c: FixtureCase, p: string) => get(c.ref, `${p}.input_ids`).data.length;
 const routerFixtures = ["t1/mlx", "t3/hf"];
 const fixtures = fixtureCases()
   .filter((c) => routerFixtures.includes(c.name))
   .map((c) => ({ ...c, prompts: [...c.prompts].sort((x, y) => promptLength(c, y) - promptLength(c, x)).slice(0, 1) }))
-  .filter((c) => promptLength(c, c.prompts[0]) > prefillMinTokens);
+  .filter((c) => promptLength(c, c.prompts[0]) > TILED_FROM);
 const backends = promptPathBackends();
 const cases = backends.flatMap((backend) => fixtures.map((f) => ({ ...f, backend })));
 
@@ -52,7 +50,7 @@ test("the MoE fixtures have prompts on the tiled path", () => {
 
 describe.each(cases)("router and experts of a prompt on $backend (fp16), $name", ({ modelDir, ref, prompts, backend }) => {
   test("every layer and token chooses the CPU backend's experts; the logits follow", async () => {
-    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend, precision: "fp16" })]);
+    const [cpu, gpu] = await Promise.all([load(modelDir, { backend: "cpu", threads: 1 }), load(modelDir, { backend, precision: "fp16", prefillMinTokens: TILED_FROM })]);
     expect(gpu.info.precision).toBe("fp16");
     const vocab = cpu.config.vocabSize;
     const ids = Array.from(get(ref, `${prompts[0]}.input_ids`).data).slice(0, promptTokens);

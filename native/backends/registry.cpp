@@ -20,6 +20,7 @@ std::unique_ptr<Backend> make_unconfigured(const std::string& name, const Backen
     cpu::Precision p = cpu::Precision::F32;
     if (!o.precision.empty() && !cpu::parse_precision(o.precision, &p))
       fail("precision '", o.precision, "' is not a mode of the cpu backend (fp32, int24, int16 or int8)");
+    if (o.prefill_min_tokens != 0) fail("prefill_min_tokens is an option of the GPU backends, not of the cpu backend");
     return std::make_unique<CpuBackend>(o.threads, p);
   }
   for (const std::string& r : gpu::runtime_names()) {
@@ -31,7 +32,9 @@ std::unique_ptr<Backend> make_unconfigured(const std::string& name, const Backen
         fail("precision '", o.precision, "' is a mode of the cpu backend, not of '", name, "' (it has fp16 and fp32)");
       fail("unknown precision '", o.precision, "' for the ", name, " backend (fp16 or fp32)");
     }
-    return std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name, o.order, o.seed), p);
+    auto gpu = std::make_unique<gpu::GpuBackend>(gpu::make_runtime(name, o.order, o.seed), p);
+    if (o.prefill_min_tokens != 0) gpu->set_prefill_min_tokens(o.prefill_min_tokens);
+    return gpu;
   }
   std::string all;
   for (const std::string& n : backend_names()) all += (all.empty() ? "" : ", ") + n;
@@ -45,6 +48,8 @@ std::unique_ptr<Backend> make_unconfigured(const std::string& name, const Backen
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& o) {
   if (o.prefill_chunk < 0) fail("prefill chunk of ", o.prefill_chunk, " tokens (a positive count, or 0 for the default)");
+  if (o.prefill_min_tokens < 0)
+    fail("prefill_min_tokens of ", o.prefill_min_tokens, " (a positive count of tokens, or 0 for the default)");
   std::unique_ptr<Backend> b = make_unconfigured(name, o);
   b->set_prefill_chunk(o.prefill_chunk);
   return b;

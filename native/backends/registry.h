@@ -17,6 +17,8 @@ struct BackendOptions {
   // cpu: fp32 (the default), int24, int16 or int8; gpu: fp32 (the default) or fp16; empty: the default
   std::string precision;
   int prefill_chunk = 0;  // tokens per forward chunk of a long prompt (0: the backend's default)
+  // gpu at fp16: calls of at least this many tokens run on the tiled kernels (0: PREFILL_MIN_TOKENS)
+  int prefill_min_tokens = 0;
   // emulator: thread order of the kernels (forward, reverse, random) and its seed
   std::string order = "forward";
   uint64_t seed = 1;

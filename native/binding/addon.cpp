@@ -56,6 +56,8 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
     if (o.Has("precision") && o.Get("precision").IsString()) options.precision = o.Get("precision").As<Napi::String>();
     if (o.Has("prefillChunk") && o.Get("prefillChunk").IsNumber())
       options.prefill_chunk = o.Get("prefillChunk").As<Napi::Number>().Int32Value();
+    if (o.Has("prefillMinTokens") && o.Get("prefillMinTokens").IsNumber())
+      options.prefill_min_tokens = o.Get("prefillMinTokens").As<Napi::Number>().Int32Value();
   }
   Napi::Function cb;
   if (info.Length() > 2 && info[2].IsFunction()) cb = info[2].As<Napi::Function>();

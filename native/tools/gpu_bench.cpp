@@ -182,7 +182,10 @@ double prefill_flops(const Model& m, int n, int pos0) {
 }
 
 int prefill(const Options& o) {
-  std::unique_ptr<Model> model = Model::load(o.dirs[0], make_backend(o.backend, {0, "fp16"}));
+  BackendOptions options;
+  options.precision = "fp16";
+  options.prefill_min_tokens = 1;  // the fp16 column times the tiled kernels at every length: the crossover
+  std::unique_ptr<Model> model = Model::load(o.dirs[0], make_backend(o.backend, options));
   auto* gpu = dynamic_cast<gpu::GpuBackend*>(&model->backend());
   if (!gpu) throw std::runtime_error("prefill compares the GPU backend's precisions: use a GPU backend");
   const int vocab = model->config().vocab_size;

@@ -29,6 +29,13 @@ export function gpuBackend(suiteDefault: BackendName): BackendName {
   return chosenGpuBackend ?? suiteDefault;
 }
 
+/**
+ * The prefillMinTokens the prompt-path suites load their GPU models with: the fixtures' prompts are
+ * short (the emulator runs every GPU thread on the CPU), so the tiled kernels run from 16 tokens rather
+ * than from the default threshold (PREFILL_MIN_TOKENS, measured for the full-shape model).
+ */
+export const TILED_FROM = 16;
+
 /** Whether `name` is in this build (`backends()` of the addon). */
 export function isBuilt(name: BackendName): boolean {
   return (native().backends() as string[]).includes(name);

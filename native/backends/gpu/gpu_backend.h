@@ -54,8 +54,10 @@ class GpuBackend final : public Backend {
   const char* precision_name() const override { return precision_ == Precision::F16 ? "fp16" : "fp32"; }
   void set_precision(Precision p) { precision_ = p; }
   int default_prefill_chunk() const override { return int(PREFILL_CHUNK); }
-  // Whether a call of n tokens runs on the tiled prefill kernels.
-  bool tiled(int n) const { return precision_ == Precision::F16 && n >= int(PREFILL_MIN_TOKENS); }
+  // Whether a call of n tokens runs on the tiled prefill kernels: at fp16, from PREFILL_MIN_TOKENS tokens
+  // (the measured crossover) unless set otherwise (to measure it, or to run a short prompt on them).
+  bool tiled(int n) const { return precision_ == Precision::F16 && n >= prefill_min_tokens_; }
+  void set_prefill_min_tokens(int n) { prefill_min_tokens_ = n; }
   Runtime& runtime() { return *runtime_; }
 
   std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;
@@ -120,6 +122,7 @@ class GpuBackend final : public Backend {
 
   std::unique_ptr<Runtime> runtime_;
   Precision precision_;
+  int prefill_min_tokens_ = int(PREFILL_MIN_TOKENS);
   std::recursive_mutex mu_;
   bool pending_ = false;                       // work recorded since the last finish
   std::vector<DeviceBuffer*> graveyard_;       // freed while pending; destroyed after the finish
