@@ -86,13 +86,14 @@ inline float softplus(float x) {
 // the state taken off the sequential path. Tokens go in blocks of DELTANET_BLOCK: the threadgroup first
 // normalises the block's q and k, computes k·q, β and the decay, and stages v, all tokens at once, in
 // threadgroup memory; then each lane steps through the block from there. A column is spread over 8 lanes
-// (key_dim / 8 keys each) and both sums come from the state before the update, in one pass and one set of
-// shuffles:
+// (DELTANET_MAX_KEY_DIM / 8 keys each) and both sums come from the state before the update, in one pass and
+// one set of shuffles:
 //   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ).
-// Lane part p of a column holds the keys 4(p + 8i) + e (e < 4): the 8 parts reading key 4(p + 8i) + e hit 8
-// different banks. Scalars only: a vector's copy takes its address, which would put the state in local
-// memory under CUDA. key_dim a multiple of 32, value_dim of 4·simdgroups; grid (value_heads,
-// value_dim / (4 · simdgroups)).
+// The step is what the time goes to, so it has no index arithmetic and no masks: staged rows are
+// DELTANET_MAX_KEY_DIM wide with zeros past key_dim (a lane's keys past key_dim add nothing and are not
+// stored), and lane part p of a column holds the keys 4p + 32i + e (e < 4), fixed offsets from one base;
+// the 8 parts reading the same e and i hit 8 different banks. key_dim a multiple of 4, value_dim of
+// 4·simdgroups; grid (value_heads, value_dim / (4 · simdgroups)).
 [[max_total_threads_per_threadgroup(32 * DELTANET_TOKENS_SIMDGROUPS)]] kernel void deltanet_tokens(
     device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]], device const float* a [[buffer(2)]],
     device const float* A_log [[buffer(3)]], device const float* dt_bias [[buffer(4)]], device float* state [[buffer(5)]],
@@ -101,8 +102,10 @@ inline float softplus(float x) {
     uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
     uint lane [[thread_index_in_simdgroup]], uint simdgroups [[simdgroups_per_threadgroup]],
     uint threads [[threads_per_threadgroup]]) {
-  threadgroup float qs[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM];
-  threadgroup float ks[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM];
+  constexpr uint W = DELTANET_MAX_KEY_DIM;  // staged row width
+  constexpr uint KEYS = W / 8u;             // a lane's keys
+  threadgroup float qs[DELTANET_BLOCK * W];
+  threadgroup float ks[DELTANET_BLOCK * W];
   threadgroup float vs[DELTANET_BLOCK * 4u * DELTANET_TOKENS_SIMDGROUPS];
   threadgroup float betas[DELTANET_BLOCK];
   threadgroup float decays[DELTANET_BLOCK];
@@ -112,32 +115,30 @@ inline float softplus(float x) {
   const uint key_total = p.key_heads * Dk, conv_dim = 2u * key_total + Hv * Dv;
   const uint hv = group.x, kh = hv / (Hv / p.key_heads);
   const uint columns = 4u * simdgroups, col0 = group.y * columns, col = sg * 4u + lane / 8u, j = col0 + col;
-  const uint part = lane % 8u, runs = Dk / 32u, row4 = Dk / 4u;  // runs of 4 keys per lane; per key row
+  const uint part = lane % 8u;
   const float q_scale = 1.0f / sqrt(float(Dk)), neg_A = -exp(A_log[hv]), bias = dt_bias[hv];
-  constexpr uint KEYS = DELTANET_MAX_KEY_DIM / 8u;  // a lane's keys at most
 
   device float* S = state + ulong(hv) * Dk * Dv;
   float s[KEYS];
-  for (uint i = 0; i < KEYS; ++i)  // clamped, unused past 4·runs
-    s[i] = S[ulong(4u * (part + 8u * min(i / 4u, runs - 1u)) + i % 4u) * Dv + j];
+  for (uint i = 0; i < KEYS; ++i)  // keys past key_dim: any finite value (clamped), never stored
+    s[i] = S[ulong(min(4u * part + 32u * (i / 4u) + i % 4u, Dk - 1u)) * Dv + j];
 
   for (uint t0 = 0; t0 < p.n; t0 += DELTANET_BLOCK) {
     const uint count = min(DELTANET_BLOCK, p.n - t0);
-    // q and k of the block, l2-normalised, and k·q: a simdgroup per token, 4 keys per lane.
+    // q and k of the block, l2-normalised, and k·q: a simdgroup per token, 4 keys per lane, zeros past Dk.
     for (uint t = sg; t < count; t += simdgroups) {
-      device const float* qr = qkv + ulong(t0 + t) * conv_dim + kh * Dk + min(lane, row4 - 1u) * 4u;
+      const bool mine = lane * 4u < Dk;
+      device const float* qr = qkv + ulong(t0 + t) * conv_dim + kh * Dk + min(lane * 4u, Dk - 4u);
       device const float* kr = qr + key_total;
       float q[4], k[4];
       for (uint e = 0; e < 4u; ++e) q[e] = qr[e], k[e] = kr[e];
-      const bool mine = lane < row4;
       float qq = 0.0f, kk = 0.0f, qk = 0.0f;
       for (uint e = 0; e < 4u; ++e) qq += q[e] * q[e], kk += k[e] * k[e], qk += q[e] * k[e];
       qq = simd_sum(mine ? qq : 0.0f);
       kk = simd_sum(mine ? kk : 0.0f);
       qk = simd_sum(mine ? qk : 0.0f);
-      const float qn = q_scale / sqrt(qq + p.eps), kn = 1.0f / sqrt(kk + p.eps);
-      if (mine)
-        for (uint e = 0; e < 4u; ++e) qs[t * Dk + lane * 4u + e] = q[e] * qn, ks[t * Dk + lane * 4u + e] = k[e] * kn;
+      const float qn = mine ? q_scale / sqrt(qq + p.eps) : 0.0f, kn = mine ? 1.0f / sqrt(kk + p.eps) : 0.0f;
+      for (uint e = 0; e < 4u; ++e) qs[t * W + lane * 4u + e] = q[e] * qn, ks[t * W + lane * 4u + e] = k[e] * kn;
       if (lane == 0u) kqs[t] = qk * qn * kn;
     }
     for (uint t = tid; t < count; t += threads) {  // β and the decay: a thread per token
@@ -153,15 +154,13 @@ inline float softplus(float x) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     for (uint t = 0; t < count; ++t) {
+      threadgroup const float* kt = ks + t * W + 4u * part;
+      threadgroup const float* qt = qs + t * W + 4u * part;
       float k[KEYS], mp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, op[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (uint i = 0; i < KEYS; ++i) {
-        const uint key = 4u * (part + 8u * min(i / 4u, runs - 1u)) + i % 4u;
-        k[i] = ks[t * Dk + key];
-        const float q = qs[t * Dk + key];
-        if (i / 4u < runs) {
-          mp[i % 4u] += s[i] * k[i];
-          op[i % 4u] += s[i] * q;
-        }
+        k[i] = kt[32u * (i / 4u) + i % 4u];
+        mp[i % 4u] += s[i] * k[i];
+        op[i % 4u] += s[i] * qt[32u * (i / 4u) + i % 4u];
       }
       float m = (mp[0] + mp[1]) + (mp[2] + mp[3]), o = (op[0] + op[1]) + (op[2] + op[3]);
       for (ushort x = 1; x < 8; x <<= 1) {
@@ -171,14 +170,15 @@ inline float softplus(float x) {
       const float decay = decays[t];
       const float delta = betas[t] * (vs[t * columns + col] - decay * m);
       o = decay * o + delta * kqs[t];
-      for (uint i = 0; i < KEYS; ++i)
-        if (i / 4u < runs) s[i] = s[i] * decay + k[i] * delta;
+      for (uint i = 0; i < KEYS; ++i) s[i] = s[i] * decay + k[i] * delta;
       if (part == 0u) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + j] = o;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the next block overwrites the staged tokens
   }
-  for (uint i = 0; i < KEYS; ++i)  // a constant trip count keeps s[] in registers
-    if (i / 4u < runs) S[ulong(4u * (part + 8u * (i / 4u)) + i % 4u) * Dv + j] = s[i];
+  for (uint i = 0; i < KEYS; ++i) {  // a constant trip count keeps s[] in registers
+    const uint key = 4u * part + 32u * (i / 4u) + i % 4u;
+    if (key < Dk) S[ulong(key) * Dv + j] = s[i];
+  }
 }
 
 // The gated delta rule, token by token:

@@ -37,7 +37,7 @@ void GpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
                            trace.state_norm ? 1u : 0u};
   // A prompt stages its tokens in blocks (deltanet_tokens) unless the state norm is traced, which sums over a
   // whole head in one threadgroup.
-  if (n > 1 && !trace.state_norm && s.key_dim % 32 == 0) {
+  if (n > 1 && !trace.state_norm) {
     uint32_t simdgroups = DELTANET_TOKENS_SIMDGROUPS;  // 4 columns each, dividing value_dim
     while ((p.value_dim / 4) % simdgroups != 0) simdgroups /= 2;
     namespace dt = k::deltanet_tokens;
