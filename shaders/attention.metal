@@ -89,8 +89,8 @@ using namespace metal;
   const uint pg = tid / B, pb = tid % B;
   const uint KL = min(REDUCE_THREADS / Q4, B), c = tid % Q4, kl = tid / Q4;
   float m_run = -INFINITY, l_run = 0.0f;
-  float4 acc[ATTN_MAX_GROUP];
-  for (uint g = 0; g < ATTN_MAX_GROUP; ++g) acc[g] = float4(0.0f);
+  float acc[4u * ATTN_MAX_GROUP];  // head g's float4 c at 4g .. 4g+3 (no vector arithmetic in the subset)
+  for (uint i = 0; i < 4u * ATTN_MAX_GROUP; ++i) acc[i] = 0.0f;
   device const float4* k4 = (device const float4*)(k_cache + kvh * D);
   device const float4* v4 = (device const float4*)(v_cache + kvh * D);
   const uint row4 = kv_width / 4u;
@@ -138,10 +138,19 @@ using namespace metal;
 
     for (uint g = 0; g < ATTN_MAX_GROUP; ++g) {
       if (g < G) {
-        float4 o = acc[g] * rescale[g];
-        for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_THREAD; ++r)
-          o += (kl + KL * r < B ? weight[g * B + min(kl + KL * r, B - 1u)] : 0.0f) * vv[r];
-        acc[g] = o;
+        const float a = rescale[g];
+        float o0 = acc[4u * g] * a, o1 = acc[4u * g + 1u] * a, o2 = acc[4u * g + 2u] * a, o3 = acc[4u * g + 3u] * a;
+        for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_THREAD; ++r) {
+          const float w = kl + KL * r < B ? weight[g * B + min(kl + KL * r, B - 1u)] : 0.0f;
+          o0 += w * vv[r].x;
+          o1 += w * vv[r].y;
+          o2 += w * vv[r].z;
+          o3 += w * vv[r].w;
+        }
+        acc[4u * g] = o0;
+        acc[4u * g + 1u] = o1;
+        acc[4u * g + 2u] = o2;
+        acc[4u * g + 3u] = o3;
       }
     }
   }
@@ -155,15 +164,8 @@ using namespace metal;
   for (uint r = 0; r < KL; ++r) {
     if (kl == r)
       for (uint g = 0; g < ATTN_MAX_GROUP; ++g)
-        if (g < G) {
-          const uint at = g * D + 4u * c;
-          const float4 prev = r == 0u ? float4(0.0f) : float4(qs[at], qs[at + 1u], qs[at + 2u], qs[at + 3u]);
-          const float4 sum = prev + acc[g];
-          qs[at] = sum.x;
-          qs[at + 1u] = sum.y;
-          qs[at + 2u] = sum.z;
-          qs[at + 3u] = sum.w;
-        }
+        if (g < G)
+          for (uint e = 0; e < 4u; ++e) qs[g * D + 4u * c + e] = (r == 0u ? 0.0f : qs[g * D + 4u * c + e]) + acc[4u * g + e];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
@@ -230,19 +232,25 @@ using namespace metal;
 
   const uint SL = REDUCE_THREADS / Q4, c = tid % Q4, sl = tid / Q4;
   device const float4* o4 = (device const float4*)part_o;
-  float4 acc = float4(0.0f);
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
   for (uint s0 = sl; s0 < S; s0 += 4u * SL) {
     float4 v[4];
     for (uint u = 0; u < 4u; ++u) {
       const float4 o = o4[(base + min(s0 + u * SL, S - 1u)) * Q4 + c];
       v[u] = o;
     }
-    for (uint u = 0; u < 4u; ++u) acc += (s0 + u * SL < S ? w[min(s0 + u * SL, S - 1u)] : 0.0f) * v[u];
+    for (uint u = 0; u < 4u; ++u) {
+      const float e = s0 + u * SL < S ? w[min(s0 + u * SL, S - 1u)] : 0.0f;
+      a0 += e * v[u].x;
+      a1 += e * v[u].y;
+      a2 += e * v[u].z;
+      a3 += e * v[u].w;
+    }
   }
-  sum4[4u * tid] = acc.x;
-  sum4[4u * tid + 1u] = acc.y;
-  sum4[4u * tid + 2u] = acc.z;
-  sum4[4u * tid + 3u] = acc.w;
+  sum4[4u * tid] = a0;
+  sum4[4u * tid + 1u] = a1;
+  sum4[4u * tid + 2u] = a2;
+  sum4[4u * tid + 3u] = a3;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   for (uint d = tid; d < D; d += REDUCE_THREADS) {
     float o = 0.0f;
