@@ -1,5 +1,6 @@
 // Gated full attention: q/k RMSNorm + partial NeoX RoPE, and causal GQA attention over the KV cache,
-// split over chunks of key positions (flash-decoding) with a log-sum-exp combine (docs/model.md §2.4).
+// split over spans of key positions sized by the context (flash-decoding) with a log-sum-exp combine
+// (docs/model.md §2.4).
 #include <metal_stdlib>
 using namespace metal;
 #include "common.h"
@@ -43,110 +44,219 @@ using namespace metal;
   for (uint i = p.rotary_dim + lane; i < D; i += 32u) dst[i] = src[i] * inv * w[i];
 }
 
-// Partial attention of the `group` query heads sharing KV head `kvh`, for token t0 + t, over key
-// positions [c·ATTN_CHUNK, (c+1)·ATTN_CHUNK) ∩ [0, pos0 + t0 + t]: writes the chunk's max score m,
-// Σ e^(s−m) and Σ e^(s−m)·v (GQA packing: each K/V row is read once for all heads of the group).
-// grid (chunks, kv_heads, n), REDUCE_THREADS threads. part_ml [n, heads, chunks, 2], part_o [n, heads, chunks, D].
+// Split-K attention (flash-decoding) of the `group` query heads sharing KV head `kvh`, for token t0 + t:
+// threadgroup `s` walks the key positions [s·span, (s+1)·span) ∩ [0, pos0 + t0 + t] in blocks of
+// ATTN_SPLIT_BLOCK with an online softmax (running maximum and sum, the accumulator rescaled as the
+// maximum moves). grid (splits, kv_heads, n), REDUCE_THREADS threads.
+//  - Scores: simdgroup sg of SG takes keys sg and sg + SG of a block, its lanes one float4 of the K row each;
+//    each K row is read once and dotted with all G query heads (from threadgroup memory).
+//  - Softmax: thread (g, b) owns head g's score of key b: block maximum, new running maximum, weight.
+//  - PV: thread (kl, c) owns the float4 c of the V rows kl, kl + KL, ... of the block for all G heads,
+//    so each V row is read once, coalesced, for the whole group.
+//  Each thread's K and V loads of a block are issued together, before the first use.
+// One split (splits == 1): the output (times sigmoid(gate) when p.gated) and lse[t, h] are written here;
+// otherwise the split's maximum m, Σ e^(s−m) and Σ e^(s−m)·v go to part_ml [n, heads, splits, 2] and
+// part_o [n, heads, splits, D] for attention_combine (a split wholly in the token's future: m = −∞).
 [[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_partial(device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]],
                               device const float* v_cache [[buffer(2)]], device float* part_ml [[buffer(3)]],
-                              device float* part_o [[buffer(4)]], constant AttentionParams& p [[buffer(5)]],
+                              device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
+                              device float* lse [[buffer(6)]], device const float* gate [[buffer(7)]],
+                              constant AttentionParams& p [[buffer(8)]],
                               uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
-                              uint simdgroups [[simdgroups_per_threadgroup]],
-                              uint threads [[threads_per_threadgroup]]) {
-  threadgroup float qs[ATTN_MAX_QUERY_FLOATS];
-  threadgroup float score[ATTN_MAX_GROUP * ATTN_CHUNK];
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float qs[ATTN_MAX_QUERY_FLOATS];  // the scaled queries; at the end, the summed accumulators
+  threadgroup float score[ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK];   // at the end, each (g, b)'s running sum
+  threadgroup float weight[ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK];
+  threadgroup float rescale[ATTN_MAX_GROUP];  // at the end, each head's maximum
 
-  const uint c = group.x, kvh = group.y, t = group.z;
-  const uint D = p.head_dim, G = p.heads / p.kv_heads, kv_width = p.kv_heads * D;
+  const uint s = group.x, kvh = group.y, t = group.z, B = ATTN_SPLIT_BLOCK, SG = REDUCE_THREADS / 32u;
+  const uint D = p.head_dim, Q4 = D / 4u, G = p.heads / p.kv_heads, kv_width = p.kv_heads * D;
   const uint tc = p.t0 + t, len = p.pos0 + tc + 1u;
-  const uint c0 = c * ATTN_CHUNK;
-  const uint count = c0 < len ? min(ATTN_CHUNK, len - c0) : 0u;
-  const ulong part = (ulong(t) * p.heads + kvh * G) * p.chunks + c;  // (t, first head of the group, c)
+  const uint k0 = s * p.span, k1 = min(k0 + p.span, len);
+  const ulong part = (ulong(t) * p.heads + kvh * G) * p.splits + s;  // (t, first head of the group, s)
 
-  if (count == 0u) {  // the whole chunk is in this token's future
-    for (uint i = tid; i < G * D; i += threads) part_o[(part + (i / D) * p.chunks) * D + i % D] = 0.0f;
+  if (k0 >= len) {  // the whole span is in this token's future (never so for the first split)
+    for (uint i = tid; i < G * D; i += REDUCE_THREADS) part_o[(part + (i / D) * p.splits) * D + i % D] = 0.0f;
     if (tid < G) {
-      part_ml[(part + tid * p.chunks) * 2u] = -INFINITY;
-      part_ml[(part + tid * p.chunks) * 2u + 1u] = 0.0f;
+      part_ml[(part + tid * p.splits) * 2u] = -INFINITY;
+      part_ml[(part + tid * p.splits) * 2u + 1u] = 0.0f;
     }
     return;
   }
-  for (uint i = tid; i < G * D; i += threads) qs[i] = q[(ulong(tc) * p.heads + kvh * G) * D + i] * p.scale;
+  for (uint i = tid; i < G * D; i += REDUCE_THREADS) qs[i] = q[(ulong(tc) * p.heads + kvh * G) * D + i] * p.scale;
+
+  // The softmax thread (pg, pb) and the PV thread (kl, c); KL key lanes of Q4 threads each.
+  const uint pg = tid / B, pb = tid % B;
+  const uint KL = min(REDUCE_THREADS / Q4, B), c = tid % Q4, kl = tid / Q4;
+  float m_run = -INFINITY, l_run = 0.0f;
+  float acc[4u * ATTN_MAX_GROUP];  // head g's float4 c at 4g .. 4g+3 (no vector arithmetic in the subset)
+  for (uint i = 0; i < 4u * ATTN_MAX_GROUP; ++i) acc[i] = 0.0f;
+  device const float4* k4 = (device const float4*)(k_cache + kvh * D);
+  device const float4* v4 = (device const float4*)(v_cache + kvh * D);
+  const uint row4 = kv_width / 4u;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  // Scores: one simdgroup per key position, lanes over the head dimension. The key row is loaded into
-  // registers at once (clamped loads, masked products: no branch between a load and its use).
-  for (uint j = sg; j < count; j += simdgroups) {
-    device const float* kr = k_cache + ulong(c0 + j) * kv_width + kvh * D;
-    float kv[ATTN_MAX_HEAD_DIM / 32u];
-    for (uint i = 0; i < ATTN_MAX_HEAD_DIM / 32u; ++i) kv[i] = lane + 32u * i < D ? kr[min(lane + 32u * i, D - 1u)] : 0.0f;
-    for (uint g = 0; g < G; ++g) {
-      float s = 0.0f;
-      for (uint i = 0; i < ATTN_MAX_HEAD_DIM / 32u; ++i) s += qs[g * D + min(lane + 32u * i, D - 1u)] * kv[i];
-      s = simd_sum(s);
-      if (lane == 0u) score[g * ATTN_CHUNK + j] = s;
+  for (uint j0 = k0; j0 < k1; j0 += B) {
+    // Loads: this simdgroup's K rows, this thread's V float4s (rows clamped to the span's last).
+    float4 kr[ATTN_SPLIT_KEYS_PER_SIMDGROUP][ATTN_SPLIT_MAX_HEAD_DIM / 128u];
+    for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r)
+      for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
+        const float4 k = k4[ulong(min(j0 + sg + SG * r, k1 - 1u)) * row4 + min(lane + 32u * i, Q4 - 1u)];
+        kr[r][i] = k;
+      }
+    float4 vv[ATTN_SPLIT_KEYS_PER_THREAD];
+    for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_THREAD; ++r) {
+      const float4 v = v4[ulong(min(j0 + min(kl + KL * r, B - 1u), k1 - 1u)) * row4 + c];
+      vv[r] = v;
+    }
+
+    for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r) {
+      const uint b = sg + SG * r;
+      for (uint g = 0; g < G; ++g) {
+        float dot = 0.0f;
+        for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
+          const uint at = g * D + 4u * min(lane + 32u * i, Q4 - 1u);
+          const float d4 = qs[at] * kr[r][i].x + qs[at + 1u] * kr[r][i].y + qs[at + 2u] * kr[r][i].z + qs[at + 3u] * kr[r][i].w;
+          dot += lane + 32u * i < Q4 ? d4 : 0.0f;
+        }
+        dot = simd_sum(dot);
+        if (lane == 0u) score[g * B + b] = j0 + b < k1 ? dot : -INFINITY;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    if (pg < G) {  // key j0 is in the span, so the block's maximum is finite
+      float bm = -INFINITY;
+      for (uint b = 0; b < B; ++b) bm = max(bm, score[pg * B + b]);
+      const float m_new = max(m_run, bm), a = exp(m_run - m_new), e = exp(score[pg * B + pb] - m_new);
+      weight[pg * B + pb] = e;
+      if (pb == 0u) rescale[pg] = a;
+      l_run = l_run * a + e;
+      m_run = m_new;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    for (uint g = 0; g < ATTN_MAX_GROUP; ++g) {
+      if (g < G) {
+        const float a = rescale[g];
+        float o0 = acc[4u * g] * a, o1 = acc[4u * g + 1u] * a, o2 = acc[4u * g + 2u] * a, o3 = acc[4u * g + 3u] * a;
+        for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_THREAD; ++r) {
+          const float w = kl + KL * r < B ? weight[g * B + min(kl + KL * r, B - 1u)] : 0.0f;
+          o0 += w * vv[r].x;
+          o1 += w * vv[r].y;
+          o2 += w * vv[r].z;
+          o3 += w * vv[r].w;
+        }
+        acc[4u * g] = o0;
+        acc[4u * g + 1u] = o1;
+        acc[4u * g + 2u] = o2;
+        acc[4u * g + 3u] = o3;
+      }
     }
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  // Per head: max, exponentials (kept in `score`) and their sum.
-  for (uint g = sg; g < G; g += simdgroups) {
-    float m = -INFINITY;
-    for (uint j = lane; j < count; j += 32u) m = max(m, score[g * ATTN_CHUNK + j]);
-    m = simd_max(m);
+  // Sum the key lanes' accumulators into qs (one lane at a time), the (g, b) sums into score.
+  if (pg < G) {
+    score[pg * B + pb] = l_run;
+    if (pb == 0u) rescale[pg] = m_run;
+  }
+  for (uint r = 0; r < KL; ++r) {
+    if (kl == r)
+      for (uint g = 0; g < ATTN_MAX_GROUP; ++g)
+        if (g < G)
+          for (uint e = 0; e < 4u; ++e) qs[g * D + 4u * c + e] = (r == 0u ? 0.0f : qs[g * D + 4u * c + e]) + acc[4u * g + e];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+
+  for (uint i = tid; i < G * D; i += REDUCE_THREADS) {
+    const uint g = i / D, d = i % D;
     float l = 0.0f;
-    for (uint j = lane; j < count; j += 32u) {
-      const float e = exp(score[g * ATTN_CHUNK + j] - m);
-      score[g * ATTN_CHUNK + j] = e;
-      l += e;
-    }
-    l = simd_sum(l);
-    if (lane == 0u) {
-      part_ml[(part + g * p.chunks) * 2u] = m;
-      part_ml[(part + g * p.chunks) * 2u + 1u] = l;
-    }
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-
-  // Σ e·v per head and dimension: a thread's V column over the chunk is loaded into registers at
-  // once, then serves every head of the group.
-  for (uint d = tid; d < D; d += threads) {
-    float vv[ATTN_CHUNK];
-    for (uint j = 0; j < ATTN_CHUNK; ++j) vv[j] = v_cache[ulong(c0 + min(j, count - 1u)) * kv_width + kvh * D + d];
-    for (uint g = 0; g < G; ++g) {
-      float acc = 0.0f;
-      for (uint j = 0; j < ATTN_CHUNK; ++j) acc += j < count ? score[g * ATTN_CHUNK + j] * vv[j] : 0.0f;
-      part_o[(part + g * p.chunks) * D + d] = acc;
+    for (uint b = 0; b < B; ++b) l += score[g * B + b];
+    if (p.splits == 1u) {
+      const ulong at = (ulong(tc) * p.heads + kvh * G + g) * D + d;
+      out[at] = p.gated != 0u ? qs[i] / l * sigmoid(gate[at]) : qs[i] / l;
+      if (d == 0u) lse[ulong(t) * p.heads + kvh * G + g] = rescale[g] + log(l);
+    } else {
+      part_o[(part + g * p.splits) * D + d] = qs[i];
+      if (d == 0u) {
+        part_ml[(part + g * p.splits) * 2u] = rescale[g];
+        part_ml[(part + g * p.splits) * 2u + 1u] = l;
+      }
     }
   }
 }
 
-// out[t0 + t, h] = Σ_c e^(m_c − M)·o_c / Σ_c e^(m_c − M)·l_c, times sigmoid(gate) when p.gated (the
-// output gate), and lse[t, h] = M + log Σ_c e^(m_c − M)·l_c (for attention_probs); one threadgroup per
-// (head, token): grid (heads, n).
+// out[t0 + t, h] = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s, times sigmoid(gate) when p.gated (the
+// output gate), and lse[t, h] = M + log Σ_s e^(m_s − M)·l_s (for attention_probs); one threadgroup per
+// (head, token): grid (heads, n). The splits' weights go to threadgroup memory; thread (sl, c) sums the
+// float4 c of the splits sl, sl + SL, ..., four splits' loads in flight at once; the SL lanes are summed last.
 [[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_combine(device const float* part_ml [[buffer(0)]], device const float* part_o [[buffer(1)]],
                               device float* out [[buffer(2)]], device float* lse [[buffer(3)]],
                               device const float* gate [[buffer(4)]],
                               constant AttentionParams& p [[buffer(5)]], uint2 group [[threadgroup_position_in_grid]],
-                              uint tid [[thread_index_in_threadgroup]], uint threads [[threads_per_threadgroup]]) {
-  const uint h = group.x, t = group.y, D = p.head_dim;
-  const ulong base = (ulong(t) * p.heads + h) * p.chunks;
+                              uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float w[ATTN_MAX_SPLITS];
+  threadgroup float red[REDUCE_THREADS / 32];
+  threadgroup float sum4[REDUCE_THREADS * 4];
+  const uint h = group.x, t = group.y, D = p.head_dim, Q4 = D / 4u, S = p.splits;
+  const ulong base = (ulong(t) * p.heads + h) * S;
+
+  float ms[ATTN_MAX_SPLITS / REDUCE_THREADS], ls[ATTN_MAX_SPLITS / REDUCE_THREADS];
   float M = -INFINITY;
-  for (uint c = 0; c < p.chunks; ++c) M = max(M, part_ml[(base + c) * 2u]);
-  float L = 0.0f;
-  for (uint c = 0; c < p.chunks; ++c) {
-    const float m = part_ml[(base + c) * 2u];
-    if (m != -INFINITY) L += exp(m - M) * part_ml[(base + c) * 2u + 1u];
+  for (uint k = 0; k < ATTN_MAX_SPLITS / REDUCE_THREADS; ++k) {
+    const ulong at = (base + min(tid + k * REDUCE_THREADS, S - 1u)) * 2u;
+    ms[k] = part_ml[at];
+    ls[k] = part_ml[at + 1u];
   }
-  for (uint d = tid; d < D; d += threads) {
-    float acc = 0.0f;
-    for (uint c = 0; c < p.chunks; ++c) {
-      const float m = part_ml[(base + c) * 2u];
-      if (m != -INFINITY) acc += exp(m - M) * part_o[(base + c) * D + d];
+  for (uint k = 0; k < ATTN_MAX_SPLITS / REDUCE_THREADS; ++k) M = max(M, ms[k]);  // clamped copies change no maximum
+  M = simd_max(M);
+  if (lane == 0u) red[sg] = M;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  M = red[0];
+  for (uint i = 1; i < REDUCE_THREADS / 32; ++i) M = max(M, red[i]);  // finite: the first split holds key 0
+  float L = 0.0f;
+  for (uint k = 0; k < ATTN_MAX_SPLITS / REDUCE_THREADS; ++k) {
+    const uint i = tid + k * REDUCE_THREADS;
+    const float e = exp(ms[k] - M);  // 0 for an empty split
+    if (i < S) w[i] = e;
+    L += i < S ? e * ls[k] : 0.0f;
+  }
+  L = simd_sum(L);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (lane == 0u) red[sg] = L;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  L = 0.0f;
+  for (uint i = 0; i < REDUCE_THREADS / 32; ++i) L += red[i];
+
+  const uint SL = REDUCE_THREADS / Q4, c = tid % Q4, sl = tid / Q4;
+  device const float4* o4 = (device const float4*)part_o;
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  for (uint s0 = sl; s0 < S; s0 += 4u * SL) {
+    float4 v[4];
+    for (uint u = 0; u < 4u; ++u) {
+      const float4 o = o4[(base + min(s0 + u * SL, S - 1u)) * Q4 + c];
+      v[u] = o;
     }
+    for (uint u = 0; u < 4u; ++u) {
+      const float e = s0 + u * SL < S ? w[min(s0 + u * SL, S - 1u)] : 0.0f;
+      a0 += e * v[u].x;
+      a1 += e * v[u].y;
+      a2 += e * v[u].z;
+      a3 += e * v[u].w;
+    }
+  }
+  sum4[4u * tid] = a0;
+  sum4[4u * tid + 1u] = a1;
+  sum4[4u * tid + 2u] = a2;
+  sum4[4u * tid + 3u] = a3;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint d = tid; d < D; d += REDUCE_THREADS) {
+    float o = 0.0f;
+    for (uint r = 0; r < SL; ++r) o += sum4[4u * (r * Q4 + d / 4u) + d % 4u];
     const ulong at = (ulong(p.t0 + t) * p.heads + h) * D + d;
-    out[at] = p.gated != 0u ? acc / L * sigmoid(gate[at]) : acc / L;
+    out[at] = p.gated != 0u ? o / L * sigmoid(gate[at]) : o / L;
   }
   if (tid == 0u) lse[ulong(t) * p.heads + h] = M + log(L);
 }

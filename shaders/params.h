@@ -86,13 +86,31 @@
 // The row-per-simdgroup kernels (gated_rms_norm): rows per threadgroup.
 #define ROWS_PER_THREADGROUP 4u
 #define ROW_THREADS 128
-// The attention kernels' limits: query heads per KV head, head_dim, key positions per threadgroup.
+// The attention kernels' limits: query heads per KV head, query floats per KV head; attention_probs
+// takes ATTN_CHUNK key positions per threadgroup.
 #define ATTN_MAX_GROUP 16u
-#define ATTN_MAX_HEAD_DIM 512u
 #define ATTN_MAX_QUERY_FLOATS 4096u
 #ifndef ATTN_CHUNK
 #define ATTN_CHUNK 16u
 #endif
+// Split-K attention (attention_partial, attention_combine: decode, short prefills, fp32): the key positions
+// pos0 + n are cut into `splits` spans, one threadgroup per (span, KV head, token). The host picks the
+// fewest splits that give the launch ATTN_SPLIT_TARGET_THREADGROUPS threadgroups (two per SM of an H200's
+// 132, each with a block's K and V rows in flight), with spans of at least ATTN_SPLIT_MIN_SPAN keys (the
+// queries staged and the partial written per threadgroup stay small against the span's K and V) and at
+// most ATTN_MAX_SPLITS splits; spans are multiples of ATTN_SPLIT_BLOCK, the keys a threadgroup scores per
+// step (ATTN_SPLIT_KEYS_PER_SIMDGROUP per simdgroup; each thread holds ATTN_SPLIT_KEYS_PER_THREAD V float4s).
+#ifndef ATTN_SPLIT_TARGET_THREADGROUPS
+#define ATTN_SPLIT_TARGET_THREADGROUPS 264u
+#endif
+#ifndef ATTN_SPLIT_MIN_SPAN
+#define ATTN_SPLIT_MIN_SPAN 64u
+#endif
+#define ATTN_MAX_SPLITS 512u
+#define ATTN_SPLIT_BLOCK 16u
+#define ATTN_SPLIT_KEYS_PER_SIMDGROUP 2u
+#define ATTN_SPLIT_KEYS_PER_THREAD 4u
+#define ATTN_SPLIT_MAX_HEAD_DIM 256u
 // The DeltaNet kernel keeps a value head's state in registers, four threads per column (a quarter of
 // the keys each): key_dim <= DELTANET_MAX_KEY_DIM and a multiple of 4, value_dim a multiple of 8 and,
 // when the state norm is traced (the whole head in one threadgroup), <= DELTANET_MAX_VALUE_DIM.
@@ -268,10 +286,10 @@ struct AttentionPrepParams {
   float eps;
 };
 
-// Decode/prefill attention split over chunks of ATTN_CHUNK key positions (flash-decoding): partial
-// results per (token, head, chunk), merged by attention_combine. One launch covers the `n` tokens
-// t0 .. t0+n-1 of a call of `n_call` tokens at positions pos0 .. pos0+n_call-1 (the host splits long
-// prefills so that the partials stay small).
+// Split-K attention (flash-decoding): partial results per (token, head, split of `span` key positions),
+// merged by attention_combine (or written as the output by attention_partial when splits == 1). One
+// launch covers the `n` tokens t0 .. t0+n-1 of a call of `n_call` tokens at positions
+// pos0 .. pos0+n_call-1 (the host splits long prefills so that the partials stay small).
 struct AttentionParams {
   uint n;
   uint t0;
@@ -280,9 +298,10 @@ struct AttentionParams {
   uint heads;
   uint kv_heads;
   uint head_dim;
-  uint chunks;
+  uint splits;
+  uint span;  // key positions per split, a multiple of ATTN_SPLIT_BLOCK
   float scale;
-  uint gated;  // attention_combine multiplies by sigmoid(gate)
+  uint gated;  // the output is multiplied by sigmoid(gate)
 };
 
 // Prefill attention (attention_prefill.metal): a threadgroup of ATTN_PREFILL_SIMDGROUPS simdgroups takes

@@ -3,8 +3,9 @@
 # not needed), from the repository root: builds the CUDA backend, writes the synthetic full-shape
 # checkpoint, checks every kernel and every fixture against the CPU backend (both GPU precisions),
 # times prefill at every prompt length (fp16 tiled kernels against the fp32 decode kernels, with a
-# per-kernel profile at 4,096 tokens) and decode; with --peer, also builds llama.cpp (CUDA), converts
-# the same weights to a Q4_0 GGUF and runs llama-bench in the same call. Logs go to --out.
+# per-kernel profile at 4,096 tokens), decode after a short prompt and at depth (after prompts of
+# --depths tokens); with --peer, also builds llama.cpp (CUDA), converts the same weights to a Q4_0 GGUF
+# and runs llama-bench in the same call (prefill, decode at depth). Logs go to --out.
 #
 # Needs .synth/full.json (made where Node is: npx tsx scripts/synth-checkpoint.ts --manifest
 # .synth/full.json) and, with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh):
@@ -13,13 +14,14 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: bench/gpu/h200-bench.sh [--out DIR] [--synth DIR] [--peer] [--skip-checks] [--decode N]
+Usage: bench/gpu/h200-bench.sh [--out DIR] [--synth DIR] [--peer] [--skip-checks] [--decode N] [--depths N,N]
 
   --out DIR       logs and results (default /tmp/h200-bench)
   --synth DIR     where the synthetic checkpoint is written, or reused if complete (default /tmp/synth)
   --peer          also build llama.cpp, write the Q4_0 GGUF and run llama-bench (same call)
   --skip-checks   skip moelens-gpu-check and the fixture agreement
   --decode N      decode steps of the speed runs (default 128)
+  --depths N,N    prompt lengths before the decode-at-depth runs, ours and llama-bench's -d (default 4096,32768)
 EOF
 }
 
@@ -28,6 +30,7 @@ synth=/tmp/synth
 peer=0
 checks=1
 decode=128
+depths=(4096 32768)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
@@ -35,9 +38,13 @@ while [[ $# -gt 0 ]]; do
     --peer) peer=1; shift ;;
     --skip-checks) checks=0; shift ;;
     --decode) decode="$2"; shift 2 ;;
+    --depths) IFS=, read -r -a depths <<< "$2"; shift 2 ;;
     --help|-h) usage; exit 0 ;;
     *) echo "h200-bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
+done
+for depth in "${depths[@]}"; do
+  [[ $depth =~ ^[1-9][0-9]*$ ]] || { echo "h200-bench.sh: --depths takes positive token counts, got '$depth'" >&2; exit 2; }
 done
 [[ -f .synth/full.json ]] || { echo "h200-bench.sh: .synth/full.json is missing (copy it with the working tree)" >&2; exit 2; }
 if [[ $peer == 1 && ! -f .peer/llama-cpp-src.tar.xz ]]; then
@@ -112,9 +119,18 @@ stamp "moelens speed done"
 MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 \
   --decode 32 --peak-gbps 4800 > "$out/profile.txt" 2>&1 || stamp "profile FAILED"
 stamp "profile done"
-timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 4096 --decode 32 --peak-gbps 4800 \
-  > "$out/speed-4096.txt" 2>&1 || stamp "speed at 4096 FAILED"
-stamp "moelens prefill 4096 done"
+# Decode at depth: the prompt (prefilled in chunks of PREFILL_CHUNK) fills the KV cache that every decoded
+# token's attention then reads; speed prints the bytes per token (weights, state, KV at the depth) and
+# their fraction of 4.8 TB/s. A per-kernel profile at 4,096.
+for depth in "${depths[@]}"; do
+  timeout 400 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt "$depth" --decode "$decode" \
+    --peak-gbps 4800 > "$out/speed-$depth.txt" 2>&1 || stamp "speed at depth $depth FAILED"
+  stamp "decode at depth $depth: $(grep -h 'token kept on the device' "$out/speed-$depth.txt" | sed 's/, digest.*//')"
+  stamp "  $(grep -h 'decode reads' "$out/speed-$depth.txt" || true)"
+done
+MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 4096 \
+  --decode 32 --peak-gbps 4800 > "$out/profile-4096.txt" 2>&1 || stamp "profile at 4096 FAILED"
+stamp "moelens decode at depth done"
 
 # 6. llama.cpp on the same weights, same call.
 if [[ $peer == 1 ]]; then
@@ -123,5 +139,11 @@ if [[ $peer == 1 ]]; then
   timeout 300 /tmp/llama-build/bin/llama-bench -m /tmp/synth-q4_0.gguf -ngl 99 -p 512,4096,32768 -n 128 -r 3 \
     > "$out/llama-bench.txt" 2>&1 || stamp "llama-bench FAILED"
   stamp "llama-bench done"
+  # Decode after a prompt of each depth (-d: the context filled before the 128 timed tokens).
+  depth_list=$(IFS=,; echo "${depths[*]}")
+  timeout 600 /tmp/llama-build/bin/llama-bench -m /tmp/synth-q4_0.gguf -ngl 99 -p 0 -n 128 -d "$depth_list" -r 3 \
+    > "$out/llama-bench-depth.txt" 2>&1 || stamp "llama-bench at depth FAILED"
+  while read -r row; do stamp "llama.cpp: $row"; done < <(grep -h 'tg128 @ d' "$out/llama-bench-depth.txt" || true)
+  stamp "llama-bench at depth done"
 fi
 stamp "all done"

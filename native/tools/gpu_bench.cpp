@@ -8,8 +8,8 @@
 // speed: a synthetic prompt (token i = (i * 2654435761 mod 2^32) mod vocab, as Lily's benchmark), one
 // timed prefill, then greedy decoding twice: with the logits read back each step, and with the token
 // kept on the device (the reported figure; both must choose the same tokens); prints tok/s, kernel
-// launches per token, the weight and state bytes each decoded token reads and the fraction of the
-// given peak bandwidth that makes.
+// launches per token, the bytes each decoded token reads (weights, DeltaNet state, the KV cache at the
+// context) and the fraction of the given peak bandwidth that makes.
 // agree: per checkpoint, teacher-forced top-1 over `positions` random tokens against the CPU backend
 // (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std),
 // then greedy decoding on both until the first near-tie; exits 1 when either fails.
@@ -53,27 +53,34 @@ int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); 
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Bytes a decoded token reads: every dense matrix, k/E of each expert stack, one embedding row, the
-// DeltaNet state (read and written, fp32) and the KV cache (fp32) at `context` tokens.
-double bytes_per_token(const Model& m, int context) {
+// Bytes a decoded token reads: every dense matrix, k/E of each expert stack, one embedding row (weights),
+// the DeltaNet state (read and written, fp32) and the KV cache (K and V rows, fp32, of every attention
+// layer) at `context` tokens.
+struct TokenBytes {
+  double weights = 0, state = 0, kv = 0;
+  double total() const { return weights + state + kv; }
+};
+
+TokenBytes bytes_per_token(const Model& m, int context) {
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
-  double b = double(w.lm_head.bytes()) + double(w.embed.bytes()) / double(c.vocab_size);
+  TokenBytes b;
+  b.weights = double(w.lm_head.bytes()) + double(w.embed.bytes()) / double(c.vocab_size);
   const double active = double(c.experts_per_token) / double(c.num_experts);
   for (const LayerWeights& L : w.layers) {
     if (L.kind == LayerKind::DeltaNet) {
       const DeltaNetWeights& d = L.deltanet;
-      b += double(d.in_qkv.bytes() + d.in_z.bytes() + d.in_b.bytes() + d.in_a.bytes() + d.out.bytes());
-      b += 2.0 * 4.0 * c.linear_value_heads * c.linear_key_dim * c.linear_value_dim;
+      b.weights += double(d.in_qkv.bytes() + d.in_z.bytes() + d.in_b.bytes() + d.in_a.bytes() + d.out.bytes());
+      b.state += 2.0 * 4.0 * c.linear_value_heads * c.linear_key_dim * c.linear_value_dim;
     } else {
       const AttentionWeights& a = L.attention;
-      b += double(a.q.bytes() + a.k.bytes() + a.v.bytes() + a.o.bytes());
-      b += 2.0 * 4.0 * double(context) * c.num_kv_heads * c.head_dim;
+      b.weights += double(a.q.bytes() + a.k.bytes() + a.v.bytes() + a.o.bytes());
+      b.kv += 2.0 * 4.0 * double(context) * c.num_kv_heads * c.head_dim;
     }
     const MoEWeights& e = L.moe;
-    b += double(e.router.bytes() + e.shared_gate.bytes() + e.shared_up.bytes() + e.shared_down.bytes() +
-                e.shared_expert_gate.bytes());
-    b += active * double(e.gate.bytes() + e.up.bytes() + e.down.bytes());
+    b.weights += double(e.router.bytes() + e.shared_gate.bytes() + e.shared_up.bytes() + e.shared_down.bytes() +
+                        e.shared_expert_gate.bytes());
+    b.weights += active * double(e.gate.bytes() + e.up.bytes() + e.down.bytes());
   }
   return b;
 }
@@ -140,16 +147,17 @@ int speed(const Options& o) {
   for (int32_t t : tokens) digest = (digest ^ uint64_t(uint32_t(t))) * 1099511628211ull;
   const auto differ = std::mismatch(tokens.begin(), tokens.end(), host_tokens.begin());
   const double tok_s = decode / total;
-  const double bytes = bytes_per_token(*model, o.prompt + decode / 2);
+  const TokenBytes split = bytes_per_token(*model, o.prompt + decode / 2);
+  const double bytes = split.total();
   std::printf("decode, token kept on the device: %d tokens, %.2f tok/s (%.3f ms per token), digest %016llx, %s\n",
               decode, tok_s, 1e3 * total / decode, static_cast<unsigned long long>(digest),
               differ.first == tokens.end() ? "same tokens as the read-back loop"
                                            : ("tokens differ from the read-back loop at step " +
                                               std::to_string(differ.first - tokens.begin()))
                                                  .c_str());
-  std::printf("decode reads %.3f GB per token (weights, DeltaNet state, KV at %d): %.0f GB/s = %.1f %% of %.0f GB/s\n",
-              bytes / 1e9, o.prompt + decode / 2, bytes * tok_s / 1e9, 100.0 * bytes * tok_s / 1e9 / o.peak_gbps,
-              o.peak_gbps);
+  std::printf("decode reads %.3f GB per token (weights %.3f, DeltaNet state %.3f, KV at %d %.3f): %.0f GB/s = %.1f %% of %.0f GB/s\n",
+              bytes / 1e9, split.weights / 1e9, split.state / 1e9, o.prompt + decode / 2, split.kv / 1e9,
+              bytes * tok_s / 1e9, 100.0 * bytes * tok_s / 1e9 / o.peak_gbps, o.peak_gbps);
   if (gpu) {
     std::printf("kernel launches per decoded token: %.1f\n", double(launches) / decode);
     const std::string st = gpu->runtime().stats();

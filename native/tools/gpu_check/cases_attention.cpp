@@ -1,6 +1,8 @@
 // moelens-gpu-check: attention_prep and causal GQA attention.
 #include "check.h"
 
+#include "backends/gpu/ops/attention_split.h"
+
 namespace moelens::gpu_check {
 
 void add_attention_cases(Cases& all) {
@@ -100,6 +102,96 @@ void add_attention_cases(Cases& all) {
           if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
         });
 
+
+  // The split-K kernels over spans sized by the context (attention_split.h): contexts around one block
+  // (1, 15, 16, 17), ragged spans (300, several thousand keys), spans ending in or wholly in a token's
+  // causal future (several tokens per launch), GQA groups of 1 and 8, head dims 256 and small ones, the
+  // softmax weights (they read the lse), and prompts of 65 tokens at fp32 (the non-tiled prefill). Exact
+  // fp32 arithmetic: the split-K tolerance, 1e-5.
+  struct SplitShape {
+    int heads, kv, dim, n, pos0;
+    bool gated, probs, f32;
+  };
+  for (SplitShape a : {SplitShape{8, 1, 256, 1, 0, true, false, false}, SplitShape{8, 1, 256, 1, 14, true, false, false},
+                       SplitShape{16, 2, 256, 1, 15, false, false, false}, SplitShape{2, 2, 32, 1, 16, true, false, false},
+                       SplitShape{8, 1, 32, 3, 297, true, true, false}, SplitShape{16, 2, 256, 1, 4999, true, false, false},
+                       SplitShape{2, 2, 32, 1, 3000, false, false, false}, SplitShape{8, 1, 48, 8, 2000, true, false, false},
+                       SplitShape{8, 2, 64, 2, 700, true, true, false}, SplitShape{8, 1, 32, 65, 100, true, false, true},
+                       SplitShape{16, 2, 256, 65, 0, true, false, true}, SplitShape{2, 2, 128, 15, 1000, false, false, false}})
+    add("attention_split " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
+            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
+            (a.f32 ? " fp32" : ""),
+        [a](Ctx& c) {
+          const int total = a.pos0 + a.n;
+          const gpu::AttentionSplit split = gpu::attention_split(size_t(a.n), size_t(total), size_t(a.kv));
+          c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
+                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + ", " + std::to_string(split.splits) +
+                    " spans of " + std::to_string(split.span) + (a.f32 ? ", fp32" : "");
+          const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
+          const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
+          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(c.rng.normals(size_t(total) * kvw));
+          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+          Pair gate = c.floats(c.rng.normals(width, 2.0f));
+          const size_t probs_size = size_t(a.heads) * a.n * total;
+          Pair probs = c.zeros(probs_size);
+          const uint64_t partial0 = c.launches(gpu::kernels::attention_partial::id);
+          const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
+          if (a.f32) c.gpu.set_precision(gpu::Precision::F32);
+          c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
+                          a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
+          try {
+            c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
+                            a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
+          } catch (...) {
+            c.gpu.set_precision(gpu::Precision::F16);
+            throw;
+          }
+          c.gpu.set_precision(gpu::Precision::F16);
+          const uint64_t partials = c.launches(gpu::kernels::attention_partial::id) - partial0;
+          const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
+          if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
+            throw Failure("expected the split-K kernel" + std::string(split.splits > 1 ? " and a combine per launch" : " alone") +
+                          ", got " + std::to_string(partials) + " and " + std::to_string(combines));
+          c.expect_close("attention out", out, width, 1e-5f);
+          if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
+        });
+
+  // The split rule itself: spans of whole blocks, at least the minimum span, covering the keys with no
+  // empty span, at most ATTN_MAX_SPLITS, and more than one span only while the launch is short of the
+  // target threadgroups.
+  add("attention_split rule", [](Ctx& c) {
+    c.shape = "tokens 1..4096, keys 1..1e6, 1..8 KV heads";
+    for (size_t tokens : {1, 2, 7, 15, 65, 4096})
+      for (size_t keys : {1, 15, 16, 17, 64, 65, 300, 4097, 32769, 1000000})
+        for (size_t kv : {1, 2, 8}) {
+          if (keys < tokens) continue;
+          const gpu::AttentionSplit r = gpu::attention_split(tokens, keys, kv);
+          const std::string at = " (" + std::to_string(tokens) + " tokens, " + std::to_string(keys) + " keys, " +
+                                 std::to_string(kv) + " KV heads: " + std::to_string(r.splits) + " x " + std::to_string(r.span) + ")";
+          if (r.span % ATTN_SPLIT_BLOCK != 0 || r.span < ATTN_SPLIT_MIN_SPAN) throw Failure("span" + at);
+          if (size_t(r.splits) * r.span < keys || size_t(r.splits - 1) * r.span >= keys) throw Failure("coverage" + at);
+          if (r.splits > ATTN_MAX_SPLITS) throw Failure("too many splits" + at);
+          if (r.splits > 1 && size_t(r.splits - 1) * tokens * kv >= ATTN_SPLIT_TARGET_THREADGROUPS)
+            throw Failure("more splits than the target needs" + at);
+        }
+  });
+
+  // Head dims the split-K kernels do not take (float4 rows up to ATTN_SPLIT_MAX_HEAD_DIM) fail by name.
+  add("attention_split rejects head_dim 30 and 512", [](Ctx& c) {
+    c.shape = "2/2 heads of 30 and of 512, 1 token";
+    for (int dim : {30, 512}) {
+      const AttentionShape s{2, 2, dim, dim / 2, false, 1e7f, 1e-6f};
+      Pair q = c.zeros(size_t(2) * dim), kc = c.zeros(size_t(2) * dim), vc = c.zeros(size_t(2) * dim), out = c.zeros(size_t(2) * dim);
+      try {
+        c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), 1, 0, s, View(out.gpu.get()), View(), View());
+      } catch (const std::exception& e) {
+        if (std::string(e.what()).find("head_dim " + std::to_string(dim)) == std::string::npos)
+          throw Failure(std::string("unexpected error: ") + e.what());
+        continue;
+      }
+      throw Failure("head_dim " + std::to_string(dim) + " was accepted");
+    }
+  });
 }
 
 }  // namespace moelens::gpu_check

@@ -1,9 +1,11 @@
 // Gated attention: q/k norm with partial RoPE, and causal GQA attention: flash attention on the matrix units
-// for tiled prefill calls (attention_prefill.metal), split-K partials then a combine otherwise.
+// for tiled prefill calls (attention_prefill.metal), otherwise split-K over spans of keys sized by the
+// context (attention_split.h), then a combine unless one span covers them all.
 #include <algorithm>
 #include <cmath>
 
 #include "../call.h"
+#include "attention_split.h"
 
 namespace moelens::gpu {
 
@@ -23,6 +25,13 @@ static_assert(ap32::q == ap256::q && ap32::k_cache == ap256::k_cache && ap32::v_
                   ap128::k_cache == ap256::k_cache && ap128::v_cache == ap256::v_cache && ap128::gate == ap256::gate &&
                   ap128::out == ap256::out && ap128::p == ap256::p,
               "attention_prefill_<head_dim> kernels share their bindings");
+
+static_assert(ATTN_SPLIT_BLOCK == ATTN_SPLIT_KEYS_PER_SIMDGROUP * (REDUCE_THREADS / 32),
+              "attention_partial: each simdgroup scores ATTN_SPLIT_KEYS_PER_SIMDGROUP keys of a block");
+static_assert(ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK <= REDUCE_THREADS, "attention_partial: one thread per (head, key) of a block");
+static_assert(ATTN_SPLIT_KEYS_PER_THREAD * (REDUCE_THREADS / (ATTN_SPLIT_MAX_HEAD_DIM / 4)) >= ATTN_SPLIT_BLOCK,
+              "attention_partial: the PV threads cover a block's V rows");
+static_assert(ATTN_MAX_SPLITS % REDUCE_THREADS == 0, "attention_combine: each thread reads the same number of splits");
 
 // The flash-attention kernel for a head dimension; false when none is built for it.
 bool prefill_kernel(int head_dim, k::Id* id) {
@@ -74,6 +83,10 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   }
   if (G > ATTN_MAX_GROUP || G * D > ATTN_MAX_QUERY_FLOATS)
     fail("gpu backend: ", G, " query heads of dim ", D, " per KV head exceed the attention kernel's threadgroup memory");
+  if (D % 4 != 0 || D > ATTN_SPLIT_MAX_HEAD_DIM)
+    fail("gpu backend: attention head_dim ", D, " (the split-K kernels take multiples of 4 up to ", ATTN_SPLIT_MAX_HEAD_DIM, ")");
+  if (k_cache.offset % 4 != 0 || v_cache.offset % 4 != 0)
+    fail("gpu backend: attention KV cache views must start on a 16-byte boundary (float4 loads)");
   const size_t total = size_t(pos0) + size_t(n);
   shader::AttentionParams p{};
   p.n_call = u32(size_t(n), "tokens");
@@ -83,23 +96,34 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   p.head_dim = uint32_t(s.head_dim);
   p.scale = 1.0f / std::sqrt(float(s.head_dim));
   p.gated = gate ? 1u : 0u;
-  const size_t chunks_all = (total + ATTN_CHUNK - 1) / ATTN_CHUNK;
-  const size_t per_token = H * chunks_all * (D + 2);
-  const size_t block = std::max<size_t>(1, std::min<size_t>(size_t(n), kMaxAttentionPartialFloats / per_token));
-  scratch(attn_ml_, block * H * chunks_all * 2);
-  scratch(attn_o_, block * H * chunks_all * D);
+  // Tokens per launch: all of them unless the partials (splits > 1) would outgrow their budget.
+  size_t block = size_t(n);
+  AttentionSplit split = attention_split(block, total, size_t(s.kv_heads));
+  if (split.splits > 1) {
+    block = std::clamp<size_t>(kMaxAttentionPartialFloats / (H * split.splits * (D + 2)), 1, size_t(n));
+    split = attention_split(block, total, size_t(s.kv_heads));
+  }
+  p.splits = split.splits;
+  p.span = split.span;
+  if (split.splits > 1) {
+    scratch(attn_ml_, block * H * split.splits * 2);
+    scratch(attn_o_, block * H * split.splits * D);
+  }
   scratch(attn_lse_, block * H);
   for (size_t t0 = 0; t0 < size_t(n); t0 += block) {
     p.t0 = uint32_t(t0);
     p.n = uint32_t(std::min(block, size_t(n) - t0));
-    p.chunks = ceil_div(size_t(pos0) + t0 + p.n, ATTN_CHUNK);
     namespace ap = k::attention_partial;
+    const bool one = split.splits == 1;  // the partial kernel writes the output itself
     Call(*this, ap::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
-        .buf(ap::part_ml, attn_ml_.get()).buf(ap::part_o, attn_o_.get()).params(ap::p, p)
-        .grid(p.chunks, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
-    namespace ac = k::attention_combine;
-    Call(*this, ac::id).buf(ac::part_ml, attn_ml_.get()).buf(ac::part_o, attn_o_.get()).buf(ac::out, out)
-        .buf(ac::lse, attn_lse_.get()).opt(ac::gate, gate).params(ac::p, p).grid(p.heads, p.n).threads(REDUCE_THREADS).run();
+        .opt(ap::part_ml, one ? View() : View(attn_ml_.get())).opt(ap::part_o, one ? View() : View(attn_o_.get()))
+        .opt(ap::out, one ? out : View()).opt(ap::lse, one ? View(attn_lse_.get()) : View())
+        .opt(ap::gate, one ? gate : View()).params(ap::p, p).grid(p.splits, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
+    if (!one) {
+      namespace ac = k::attention_combine;
+      Call(*this, ac::id).buf(ac::part_ml, attn_ml_.get()).buf(ac::part_o, attn_o_.get()).buf(ac::out, out)
+          .buf(ac::lse, attn_lse_.get()).opt(ac::gate, gate).params(ac::p, p).grid(p.heads, p.n).threads(REDUCE_THREADS).run();
+    }
     if (probs) {
       namespace pr = k::attention_probs;
       Call(*this, pr::id).buf(pr::q, q).buf(pr::k_cache, k_cache).buf(pr::lse, attn_lse_.get()).buf(pr::probs, probs)
