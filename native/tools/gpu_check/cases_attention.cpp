@@ -51,7 +51,7 @@ void add_attention_cases(Cases& all) {
           if (a.probs) c.expect_close("attention probs", probs, size_t(a.heads) * a.n * total + 1, 1e-5f);
         });
 
-  // Prefill calls (n >= PREFILL_MIN_TOKENS at fp16) run the flash-attention kernel of their head dim:
+  // Prefill calls (n >= CHECK_TILED_FROM at fp16) run the flash-attention kernel of their head dim:
   // fp16 q, k, v and weights, fp32 accumulation. Their tolerance, 5e-3 of the largest |out|, is 2.5x the
   // worst error measured over these shapes with seeds 1-4 (2.0e-3, the growing scores; 2.5e-4 to 7e-4 for
   // the others); the same shapes below the threshold, or with probs requested, run the fp32 split-K

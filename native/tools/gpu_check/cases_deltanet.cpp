@@ -6,13 +6,13 @@ namespace moelens::gpu_check {
 void add_deltanet_cases(Cases& all) {
   const CaseAdder add{all};
 
-  // n below PREFILL_MIN_TOKENS runs conv_silu (one thread per channel), n at or above it the
+  // n below CHECK_TILED_FROM runs conv_silu (one thread per channel), n at or above it the
   // token-parallel conv_silu_tokens and conv_state_update: ragged token tiles and channel blocks, and
   // kernels of 1 (no state), 4 (the model's) and 7 taps.
   struct ConvShape {
     int n, channels, kernel;
   };
-  for (ConvShape s : {ConvShape{1, 300, 4}, ConvShape{5, 300, 4}, ConvShape{int(PREFILL_MIN_TOKENS), 300, 4},
+  for (ConvShape s : {ConvShape{1, 300, 4}, ConvShape{5, 300, 4}, ConvShape{CHECK_TILED_FROM, 300, 4},
                       ConvShape{65, 300, 4}, ConvShape{130, 257, 4}, ConvShape{40, 300, 1}, ConvShape{37, 70, 7}})
     add("conv_silu n" + std::to_string(s.n) + " c" + std::to_string(s.channels) + " k" + std::to_string(s.kernel),
         [s](Ctx& c) {

@@ -1,5 +1,5 @@
 // moelens-gpu-check: matmul and fused groups, every weight format, as GEMVs (decode) and as tiled GEMMs
-// (chunks of at least PREFILL_MIN_TOKENS tokens).
+// (chunks of at least CHECK_TILED_FROM tokens).
 #include "check.h"
 
 namespace moelens::gpu_check {
@@ -95,8 +95,8 @@ void add_matmul_cases(Cases& all) {
           c.expect_close("matmul tiled", out, size_t(m.n) * m.rows, tiled_tol);
         });
 
-  // Both sides of PREFILL_MIN_TOKENS through one entry point: decode sizes stay on the exact GEMV.
-  for (int n : {1, int(PREFILL_MIN_TOKENS) - 1, int(PREFILL_MIN_TOKENS)})
+  // Both sides of CHECK_TILED_FROM through one entry point: decode sizes stay on the exact GEMV.
+  for (int n : {1, CHECK_TILED_FROM - 1, CHECK_TILED_FROM})
     add("matmul tiled threshold n" + std::to_string(n), [n, tiled_tol](Ctx& c) {
       c.shape = "24x64, " + std::to_string(n) + " tokens";
       HostWeight h(c.rng, "q4", 24, 64);
@@ -106,7 +106,7 @@ void add_matmul_cases(Cases& all) {
       c.cpu.matmul(*w.cpu, View(x.cpu.get()), n, View(out.cpu.get()));
       c.gpu.matmul(*w.gpu, View(x.gpu.get()), n, View(out.gpu.get()));
       const bool tiled = c.launches(gpu::kernels::gemm::id) > before;
-      if (tiled != (n >= int(PREFILL_MIN_TOKENS)))
+      if (tiled != (n >= CHECK_TILED_FROM))
         throw Failure(std::to_string(n) + " tokens ran the " + (tiled ? "tiled" : "GEMV") + " kernel");
       c.expect_close("matmul", out, size_t(n) * 24, tiled ? tiled_tol : 2e-5f);
     });
@@ -152,8 +152,8 @@ void add_matmul_cases(Cases& all) {
           c.expect_close("fp16 job", oout, size_t(m.n) * 24, tiled_tol);
         });
 
-  // Exact jobs on both sides of PREFILL_MIN_TOKENS, and more of them than one launch takes (5: 4, then 1).
-  for (int n : {1, int(PREFILL_MIN_TOKENS) - 1, int(PREFILL_MIN_TOKENS), 65})
+  // Exact jobs on both sides of CHECK_TILED_FROM, and more of them than one launch takes (5: 4, then 1).
+  for (int n : {1, CHECK_TILED_FROM - 1, CHECK_TILED_FROM, 65})
     add("matmul_group exact threshold n" + std::to_string(n), [n, exact_tol](Ctx& c) {
       const int cols = 64;
       c.shape = "5 exact matrices (q4, q8, bf16, f16, f32) x 64, " + std::to_string(n) + " tokens";
@@ -174,7 +174,7 @@ void add_matmul_cases(Cases& all) {
       c.cpu.matmul_group(jc, View(x.cpu.get()), n);
       c.gpu.matmul_group(jg, View(x.gpu.get()), n);
       const uint64_t launched = c.launches(gpu::kernels::gemm_exact::id) - before;
-      if (launched != (n >= int(PREFILL_MIN_TOKENS) ? 2u : 0u))
+      if (launched != (n >= CHECK_TILED_FROM ? 2u : 0u))
         throw Failure(std::to_string(n) + " tokens ran " + std::to_string(launched) + " exact GEMM launches");
       for (int j = 0; j < 5; ++j) c.expect_close("matmul_group exact", outs[size_t(j)], size_t(n) * rows[j], exact_tol);
     });

@@ -200,9 +200,9 @@ void add_moe_cases(Cases& all) {
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
         });
 
-  // Just under PREFILL_MIN_TOKENS: the per-token kernels, exact.
+  // Just under CHECK_TILED_FROM: the per-token kernels, exact.
   add("moe_experts tiled threshold", [](Ctx& c) {
-    const int E = 4, H = 64, I = 64, K = 2, n = int(PREFILL_MIN_TOKENS) - 1;
+    const int E = 4, H = 64, I = 64, K = 2, n = CHECK_TILED_FROM - 1;
     c.shape = std::to_string(n) + " tokens";
     HostWeight g(c.rng, "q4", I, H, E), u(c.rng, "q4", I, H, E), d(c.rng, "q4", H, I, E);
     WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);

@@ -50,6 +50,11 @@ struct Pair {
   std::unique_ptr<Buffer> cpu, gpu;
 };
 
+// The threshold of the tiled kernels in these cases (GpuBackend::set_prefill_min_tokens): below the
+// model's PREFILL_MIN_TOKENS, so that chunks on both sides of it stay small shapes (the emulator runs every
+// GPU thread on the CPU).
+constexpr int CHECK_TILED_FROM = 16;
+
 struct Ctx {
   CpuBackend& cpu;
   GpuBackend& gpu;

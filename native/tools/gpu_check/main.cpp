@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     GpuBackend gpu_backend(std::move(rt));
+    gpu_backend.set_prefill_min_tokens(CHECK_TILED_FROM);
     for (const Case& cs : cases()) {
       if (!filter.empty() && cs.name.find(filter) == std::string::npos) continue;
       std::vector<uint64_t> before = gpu_backend.dispatches_by_kernel();
