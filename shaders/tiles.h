@@ -148,7 +148,9 @@ inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0
     const float4 lo = a.lo[i];
     const float4 hi = a.hi[i];
     threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
-    if (cols % 8u == 0u) {  // a run lies wholly inside the row or wholly past it
+    if (cols % GEMM_K == 0u) {  // no run past the row
+      store_run(dst, lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    } else if (cols % 8u == 0u) {  // a run lies wholly inside the row or wholly past it
       const bool in = c < cols;
       store_run(dst, in ? lo.x : 0.0f, in ? lo.y : 0.0f, in ? lo.z : 0.0f, in ? lo.w : 0.0f, in ? hi.x : 0.0f,
                 in ? hi.y : 0.0f, in ? hi.z : 0.0f, in ? hi.w : 0.0f);
@@ -199,9 +201,13 @@ inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* 
   return f;
 }
 
-// Nibble i (i < 4) of `word` times 16^i as a float, without a shift: the bits 0x4B000000 | (word & (15 <<
-// 4i)) are the float 2^23 + q·16^i, exactly (q·16^i < 2^16).
-inline float nibble_in_place(uint word, uint i) { return as_type<float>((word & (15u << (4u * i))) | 0x4B000000u) - 8388608.0f; }
+// Nibble i (i < 4) of a half-word of 4-bit weights times 16^i as a float, without a shift: with the
+// half-word under the exponent of 2^23 (`under_2p23`: half-word | 0x4B000000), keeping that exponent and
+// nibble i leaves the float 2^23 + q·16^i, exactly (q·16^i < 2^16): one AND per weight.
+inline uint under_2p23(uint half_word) { return half_word | 0x4B000000u; }
+inline float nibble_in_place(uint under, uint i) {
+  return as_type<float>(under & (0x4B000000u | (15u << (4u * i)))) - 8388608.0f;
+}
 
 // The fetched runs dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does, then
 // rounded to half once; columns past w.cols are zero.
@@ -222,9 +228,9 @@ inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w
       if (q4) {
         // Nibble i of a half-word, in place, times the scale over 16^i: the same exact product.
         const float sc1 = sc * 0.0625f, sc2 = sc * 0.00390625f, sc3 = sc * 0.000244140625f;
-        const uint hi = v0 >> 16u;
-        store_run(dst, nibble_in_place(v0, 0u) * sc + bi, nibble_in_place(v0, 1u) * sc1 + bi,
-                  nibble_in_place(v0, 2u) * sc2 + bi, nibble_in_place(v0, 3u) * sc3 + bi, nibble_in_place(hi, 0u) * sc + bi,
+        const uint lo = under_2p23(v0 & 0xffffu), hi = under_2p23(v0 >> 16u);
+        store_run(dst, nibble_in_place(lo, 0u) * sc + bi, nibble_in_place(lo, 1u) * sc1 + bi,
+                  nibble_in_place(lo, 2u) * sc2 + bi, nibble_in_place(lo, 3u) * sc3 + bi, nibble_in_place(hi, 0u) * sc + bi,
                   nibble_in_place(hi, 1u) * sc1 + bi, nibble_in_place(hi, 2u) * sc2 + bi, nibble_in_place(hi, 3u) * sc3 + bi);
       } else {
         store_run(dst, sc * unpack(v0, 0u, 255u) + bi, sc * unpack(v0, 8u, 255u) + bi, sc * unpack(v0, 16u, 255u) + bi,
