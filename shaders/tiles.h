@@ -8,15 +8,40 @@
 
 #include "common.h"
 
-// Not part of Metal's API: two products that share b, d0 = a0 * b + c0 and d1 = a1 * b + c1. The
-// emulator and CUDA define it (msl.h; one tensor-core instruction with CUDA, whose 16-row operand
-// takes a0 and a1); on Metal it is the two products.
+// Not part of Metal's API; the emulator and CUDA define them (msl.h), Metal composes them of its own
+// calls here:
+// - simdgroup_multiply_accumulate_pair: two products that share b, d0 = a0 * b + c0 and d1 = a1 * b + c1
+//   (one tensor-core instruction with CUDA, whose 16-row operand takes a0 and a1);
+// - simdgroup_multiply_accumulate_16x16: d0 = a00 * b0 + a01 * b1 + c0 and d1 = a10 * b0 + a11 * b1 + c1,
+//   a 16x16 by 16x8 product (a_rk: row block r, k block k), k block 0 first (one m16n8k16 instruction
+//   with CUDA);
+// - simdgroup_load4: a 16x16 matrix from threadgroup memory whose rows are 16-byte aligned (the
+//   emulator checks; one ldmatrix.x4 with CUDA), as its four 8x8 quadrants m0 (rows 0-7, columns 0-7),
+//   m1 (rows 8-15), m2 (columns 8-15), m3 (both); element (r, c) of the 16x16 matrix is src[(origin.y +
+//   r) * elements_per_row + origin.x + c], or with transpose src[(origin.y + c) * elements_per_row +
+//   origin.x + r], as with simdgroup_load.
 #if defined(__METAL_VERSION__)
 inline void simdgroup_multiply_accumulate_pair(thread simdgroup_float8x8& d0, thread simdgroup_float8x8& d1,
                                                simdgroup_half8x8 a0, simdgroup_half8x8 a1, simdgroup_half8x8 b,
                                                simdgroup_float8x8 c0, simdgroup_float8x8 c1) {
   simdgroup_multiply_accumulate(d0, a0, b, c0);
   simdgroup_multiply_accumulate(d1, a1, b, c1);
+}
+inline void simdgroup_multiply_accumulate_16x16(thread simdgroup_float8x8& d0, thread simdgroup_float8x8& d1,
+                                                simdgroup_half8x8 a00, simdgroup_half8x8 a10, simdgroup_half8x8 a01,
+                                                simdgroup_half8x8 a11, simdgroup_half8x8 b0, simdgroup_half8x8 b1,
+                                                simdgroup_float8x8 c0, simdgroup_float8x8 c1) {
+  simdgroup_multiply_accumulate_pair(d0, d1, a00, a10, b0, c0, c1);
+  simdgroup_multiply_accumulate_pair(d0, d1, a01, a11, b1, d0, d1);
+}
+inline void simdgroup_load4(thread simdgroup_half8x8& m0, thread simdgroup_half8x8& m1, thread simdgroup_half8x8& m2,
+                            thread simdgroup_half8x8& m3, threadgroup const half* src, ulong elements_per_row,
+                            ulong2 origin = ulong2(0, 0), bool transpose = false) {
+  const ulong down = transpose ? 0u : 8u, right = transpose ? 8u : 0u;  // where m1 lies (m2 the other way)
+  simdgroup_load(m0, src, elements_per_row, origin, transpose);
+  simdgroup_load(m1, src, elements_per_row, ulong2(origin.x + right, origin.y + down), transpose);
+  simdgroup_load(m2, src, elements_per_row, ulong2(origin.x + down, origin.y + right), transpose);
+  simdgroup_load(m3, src, elements_per_row, ulong2(origin.x + 8u, origin.y + 8u), transpose);
 }
 #endif
 
@@ -122,9 +147,18 @@ inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0
     const uint c = k0 + run_column(tid, threads, i);
     const float4 lo = a.lo[i];
     const float4 hi = a.hi[i];
-    store_run(tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i), c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f,
-              c + 2u < cols ? lo.z : 0.0f, c + 3u < cols ? lo.w : 0.0f, c + 4u < cols ? hi.x : 0.0f,
-              c + 5u < cols ? hi.y : 0.0f, c + 6u < cols ? hi.z : 0.0f, c + 7u < cols ? hi.w : 0.0f);
+    threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
+    if (cols % GEMM_K == 0u) {  // no run past the row
+      store_run(dst, lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    } else if (cols % 8u == 0u) {  // a run lies wholly inside the row or wholly past it
+      const bool in = c < cols;
+      store_run(dst, in ? lo.x : 0.0f, in ? lo.y : 0.0f, in ? lo.z : 0.0f, in ? lo.w : 0.0f, in ? hi.x : 0.0f,
+                in ? hi.y : 0.0f, in ? hi.z : 0.0f, in ? hi.w : 0.0f);
+    } else {
+      store_run(dst, c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f, c + 2u < cols ? lo.z : 0.0f,
+                c + 3u < cols ? lo.w : 0.0f, c + 4u < cols ? hi.x : 0.0f, c + 5u < cols ? hi.y : 0.0f,
+                c + 6u < cols ? hi.z : 0.0f, c + 7u < cols ? hi.w : 0.0f);
+    }
   }
 }
 
@@ -167,6 +201,14 @@ inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* 
   return f;
 }
 
+// Nibble i (i < 4) of a half-word of 4-bit weights times 16^i as a float, without a shift: with the
+// half-word under the exponent of 2^23 (`under_2p23`: half-word | 0x4B000000), keeping that exponent and
+// nibble i leaves the float 2^23 + q·16^i, exactly (q·16^i < 2^16): one AND per weight.
+inline uint under_2p23(uint half_word) { return half_word | 0x4B000000u; }
+inline float nibble_in_place(uint under, uint i) {
+  return as_type<float>(under & (0x4B000000u | (15u << (4u * i)))) - 8388608.0f;
+}
+
 // The fetched runs dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does, then
 // rounded to half once; columns past w.cols are zero.
 inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, uint k0, threadgroup half* tile,
@@ -183,14 +225,18 @@ inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w
       const float scale = scale_in_word(f.raw[4u * i + 2u], group, w.scale_type);
       const float bias = scale_in_word(f.raw[4u * i + 3u], group, w.scale_type);
       const float sc = in ? scale : 0.0f, bi = in ? bias : 0.0f;  // columns past the row: zero
-      if (q4)
-        store_run(dst, sc * unpack(v0, 0u, 15u) + bi, sc * unpack(v0, 4u, 15u) + bi, sc * unpack(v0, 8u, 15u) + bi,
-                  sc * unpack(v0, 12u, 15u) + bi, sc * unpack(v0, 16u, 15u) + bi, sc * unpack(v0, 20u, 15u) + bi,
-                  sc * unpack(v0, 24u, 15u) + bi, sc * unpack(v0, 28u, 15u) + bi);
-      else
+      if (q4) {
+        // Nibble i of a half-word, in place, times the scale over 16^i: the same exact product.
+        const float sc1 = sc * 0.0625f, sc2 = sc * 0.00390625f, sc3 = sc * 0.000244140625f;
+        const uint lo = under_2p23(v0 & 0xffffu), hi = under_2p23(v0 >> 16u);
+        store_run(dst, nibble_in_place(lo, 0u) * sc + bi, nibble_in_place(lo, 1u) * sc1 + bi,
+                  nibble_in_place(lo, 2u) * sc2 + bi, nibble_in_place(lo, 3u) * sc3 + bi, nibble_in_place(hi, 0u) * sc + bi,
+                  nibble_in_place(hi, 1u) * sc1 + bi, nibble_in_place(hi, 2u) * sc2 + bi, nibble_in_place(hi, 3u) * sc3 + bi);
+      } else {
         store_run(dst, sc * unpack(v0, 0u, 255u) + bi, sc * unpack(v0, 8u, 255u) + bi, sc * unpack(v0, 16u, 255u) + bi,
                   sc * unpack(v0, 24u, 255u) + bi, sc * unpack(v1, 0u, 255u) + bi, sc * unpack(v1, 8u, 255u) + bi,
                   sc * unpack(v1, 16u, 255u) + bi, sc * unpack(v1, 24u, 255u) + bi);
+      }
     } else {
       float v[8];
       for (uint e = 0; e < 8u; ++e) {
@@ -205,20 +251,21 @@ inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w
 
 // acc[4i + j] += A_i · B_j over one K-step, for i < token_blocks (even) and j < 4: A_i the activation
 // rows t0 + 8i of `xt` ([tokens][k]), B_j the weight rows r0 + 8j of `wt` ([rows][k]) read transposed,
-// so that the product is x · Wᵀ. Each B_j feeds token_blocks products, each pair of A one product
-// pair per B_j.
+// so that the product is x · Wᵀ. 16 columns of k at a time: the B fragments (4 row blocks x 2 k blocks)
+// in two loads, then per pair of token blocks their 4 A fragments in one load and 4 products of 16x16
+// by 16x8. The summation order over k is that of 8x8 products in k order.
 inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint t0, uint r0, uint token_blocks,
                           thread simdgroup_float8x8* acc) {
-  for (uint kk = 0; kk < GEMM_K; kk += 8u) {
-    simdgroup_half8x8 b[4];
-    for (uint j = 0; j < 4u; ++j) simdgroup_load(b[j], wt + (r0 + 8u * j) * TILE_LD + kk, TILE_LD, ulong2(0, 0), true);
+  for (uint kk = 0; kk < GEMM_K; kk += 16u) {
+    simdgroup_half8x8 b[8];  // b[2j]: row block j, k block 0; b[2j + 1]: k block 1
+    simdgroup_load4(b[0], b[1], b[2], b[3], wt, TILE_LD, ulong2(kk, r0), true);
+    simdgroup_load4(b[4], b[5], b[6], b[7], wt, TILE_LD, ulong2(kk, r0 + 16u), true);
     for (uint i = 0; i < token_blocks; i += 2u) {
-      simdgroup_half8x8 a0, a1;
-      simdgroup_load(a0, xt + (t0 + 8u * i) * TILE_LD + kk, TILE_LD);
-      simdgroup_load(a1, xt + (t0 + 8u * i + 8u) * TILE_LD + kk, TILE_LD);
+      simdgroup_half8x8 a00, a10, a01, a11;  // token block i + r, k block k
+      simdgroup_load4(a00, a10, a01, a11, xt, TILE_LD, ulong2(kk, t0 + 8u * i));
       for (uint j = 0; j < 4u; ++j)
-        simdgroup_multiply_accumulate_pair(acc[4u * i + j], acc[4u * i + 4u + j], a0, a1, b[j], acc[4u * i + j],
-                                           acc[4u * i + 4u + j]);
+        simdgroup_multiply_accumulate_16x16(acc[4u * i + j], acc[4u * i + 4u + j], a00, a10, a01, a11, b[2u * j],
+                                            b[2u * j + 1u], acc[4u * i + j], acc[4u * i + 4u + j]);
     }
   }
 }

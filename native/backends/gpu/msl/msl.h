@@ -458,6 +458,49 @@ MSL_FN void simdgroup_multiply_accumulate_pair(simdgroup_float8x8& d0, simdgroup
       : "r"(a0.a), "r"(a1.a), "r"(b.b), "f"(c0.c0), "f"(c0.c1), "f"(c1.c0), "f"(c1.c1));
 }
 
+// ---- simdgroup matrices: the tiled prefill GEMMs' calls (not Metal's; composed of Metal's calls on
+// Metal, shaders/tiles.h) ----
+// simdgroup_load4: a 16x16 matrix of threadgroup memory whose rows are 16-byte aligned, as its four 8x8
+// quadrants m0 (rows 0-7, columns 0-7), m1 (rows 8-15), m2 (columns 8-15), m3 (both), which is the
+// order of the A fragments of m16n8k16 and, transposed, of two of its B fragments. One ldmatrix.x4 for
+// the role a quadrant reads along stored rows (lane l addresses row l % 8 of quadrant l / 8); the
+// other role by per-element loads, which the compiler drops when unused.
+MSL_FN void simdgroup_load4(simdgroup_half8x8& m0, simdgroup_half8x8& m1, simdgroup_half8x8& m2, simdgroup_half8x8& m3,
+                            const half* src, ulong elements_per_row, ulong2 origin = make_ulong2(0, 0),
+                            bool transpose = false) {
+  const uint lane = simdgroup_detail::lane(), g = lane >> 2, t2 = (lane & 3u) * 2u, q = lane >> 3;
+  // Quadrant i: rows 8(i % 2), columns 8(i / 2) of the 16x16 matrix; stored the other way round when transposed.
+  const ulong down = 8u * (transpose ? q / 2u : q % 2u), across_columns = 8u * (transpose ? q % 2u : q / 2u);
+  const half* row = src + (origin.y + down + (lane & 7u)) * elements_per_row + origin.x + across_columns;
+  uint32_t along[4];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(along[0]), "=r"(along[1]), "=r"(along[2]), "=r"(along[3])
+               : "r"(uint32_t(__cvta_generic_to_shared(row)))
+               : "memory");
+  simdgroup_half8x8* m[4] = {&m0, &m1, &m2, &m3};
+#pragma unroll
+  for (uint i = 0; i < 4u; ++i) {
+    const ulong di = 8u * (transpose ? i / 2u : i % 2u), ci = 8u * (transpose ? i % 2u : i / 2u);
+    const half* base = src + (origin.y + di) * elements_per_row + origin.x + ci;
+    const uint32_t across = simdgroup_detail::pack(base[t2 * elements_per_row + g], base[(t2 + 1u) * elements_per_row + g]);
+    m[i]->a = transpose ? across : along[i];
+    m[i]->b = transpose ? along[i] : across;
+  }
+}
+// simdgroup_multiply_accumulate_16x16: d0 = a00 * b0 + a01 * b1 + c0 and d1 = a10 * b0 + a11 * b1 + c1
+// (a 16x16 by 16x8 product: a_rk the row block r, k block k) in one tensor-core instruction.
+MSL_FN void simdgroup_multiply_accumulate_16x16(simdgroup_float8x8& d0, simdgroup_float8x8& d1, simdgroup_half8x8 a00,
+                                                simdgroup_half8x8 a10, simdgroup_half8x8 a01, simdgroup_half8x8 a11,
+                                                simdgroup_half8x8 b0, simdgroup_half8x8 b1, simdgroup_float8x8 c0,
+                                                simdgroup_float8x8 c1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=f"(d0.c0), "=f"(d0.c1), "=f"(d1.c0), "=f"(d1.c1)
+      : "r"(a00.a), "r"(a10.a), "r"(a01.a), "r"(a11.a), "r"(b0.b), "r"(b1.b), "f"(c0.c0), "f"(c0.c1), "f"(c1.c0),
+        "f"(c1.c1));
+}
+
 // precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
 namespace precise {
 MSL_FN float exp(float x) { return ::expf(x); }
@@ -696,6 +739,37 @@ inline void simdgroup_multiply_accumulate_pair(simdgroup_float8x8& d0, simdgroup
   const simdgroup_float8x8 c1_copy = c1;  // d0 may be c1
   simdgroup_multiply_accumulate(d0, a0, b, c0, line, file);
   simdgroup_multiply_accumulate(d1, a1, b, c1_copy, line, file);
+}
+
+// ---- simdgroup matrices: the tiled prefill GEMMs' calls (not Metal's; composed of Metal's calls on
+// Metal, shaders/tiles.h) ----
+// A 16x16 matrix as its four 8x8 quadrants m0 (rows 0-7, columns 0-7), m1 (rows 8-15), m2 (columns
+// 8-15), m3 (both): four simdgroup_load, element (r, c) of the 16x16 matrix being src[(origin.y + r) *
+// elements_per_row + origin.x + c], or with transpose src[(origin.y + c) * elements_per_row + origin.x + r].
+// Threadgroup memory only, rows 16-byte aligned (CUDA loads them with one ldmatrix.x4, whose row
+// addresses must be).
+inline void simdgroup_load4(simdgroup_half8x8& m0, simdgroup_half8x8& m1, simdgroup_half8x8& m2, simdgroup_half8x8& m3,
+                            const MSL_AS_THREADGROUP half* src, ulong elements_per_row, ulong2 origin = ulong2(0, 0),
+                            bool transpose = false, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  const uintptr_t first = (uintptr_t)(src + origin.y * elements_per_row + origin.x);
+  if (first % 16u != 0) msl_emu::misaligned_vector(first, 16);
+  if (elements_per_row * sizeof(half) % 16u != 0) msl_emu::misaligned_vector(first + elements_per_row * sizeof(half), 16);
+  const ulong down = transpose ? 0u : 8u, right = transpose ? 8u : 0u;  // where m1 lies (m2 the other way)
+  simdgroup_load(m0, src, elements_per_row, origin, transpose, line, file);
+  simdgroup_load(m1, src, elements_per_row, ulong2(origin.x + right, origin.y + down), transpose, line, file);
+  simdgroup_load(m2, src, elements_per_row, ulong2(origin.x + down, origin.y + right), transpose, line, file);
+  simdgroup_load(m3, src, elements_per_row, ulong2(origin.x + 8u, origin.y + 8u), transpose, line, file);
+}
+// d0 = a00 * b0 + a01 * b1 + c0 and d1 = a10 * b0 + a11 * b1 + c1 (a 16x16 by 16x8 product: a_rk the
+// row block r, k block k): the k block 0 products, then the k block 1 products.
+inline void simdgroup_multiply_accumulate_16x16(simdgroup_float8x8& d0, simdgroup_float8x8& d1, const simdgroup_half8x8& a00,
+                                                const simdgroup_half8x8& a10, const simdgroup_half8x8& a01,
+                                                const simdgroup_half8x8& a11, const simdgroup_half8x8& b0,
+                                                const simdgroup_half8x8& b1, const simdgroup_float8x8& c0,
+                                                const simdgroup_float8x8& c1, int line = __builtin_LINE(),
+                                                const char* file = __builtin_FILE()) {
+  simdgroup_multiply_accumulate_pair(d0, d1, a00, a10, b0, c0, c1, line, file);
+  simdgroup_multiply_accumulate_pair(d0, d1, a01, a11, b1, d0, d1, line, file);
 }
 #endif
 

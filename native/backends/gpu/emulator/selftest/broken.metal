@@ -150,6 +150,62 @@ kernel void simdgroup_matrix_pair(device float* out [[buffer(0)]], uint i [[thre
   for (uint j = i; j < 256u; j += 64u) out[j] = c[j];
 }
 
+// simdgroup_load4 and simdgroup_multiply_accumulate_16x16 (the tiled prefill GEMMs' calls), for their
+// results: C = A·B + (0.5 in rows 0-7, 0.25 in rows 8-15), A [16][16] and B [16][16], as 16x16 by 16x8
+// products (two column blocks of B). A and B are loaded as 16x16 matrices at column 8 of rows of 24
+// halfs; simdgroup 0 loads B transposed from its transpose, simdgroup 1 as stored. Inputs in out[0,
+// 512): A, then B; results in out[0, 512): simdgroup s's C at 256s.
+kernel void simdgroup_matrix_16x16(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]],
+                                   uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup uint4 a_words[48];   // [16][24] halfs
+  threadgroup uint4 b_words[48];   // [16][24]: b[k][8 + n] = B[k][n]
+  threadgroup uint4 bt_words[48];  // [16][24]: bt[n][8 + k] = B[k][n]
+  threadgroup float c[512];        // [32][16]
+  threadgroup half* a = (threadgroup half*)a_words;
+  threadgroup half* b = (threadgroup half*)b_words;
+  threadgroup half* bt = (threadgroup half*)bt_words;
+  for (uint j = i; j < 256u; j += 64u) {
+    const uint r = j / 16u, col = j % 16u;
+    a[r * 24u + 8u + col] = half(out[j]);
+    b[r * 24u + 8u + col] = half(out[256u + j]);
+    bt[col * 24u + 8u + r] = half(out[256u + j]);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_half8x8 a00;
+  simdgroup_half8x8 a10;
+  simdgroup_half8x8 a01;
+  simdgroup_half8x8 a11;
+  simdgroup_half8x8 q[4];  // B's quadrants: k block 0 and 1 of column block 0, then of column block 1
+  simdgroup_load4(a00, a10, a01, a11, a, 24, ulong2(8u, 0u));
+  if (sg == 0u) simdgroup_load4(q[0], q[1], q[2], q[3], bt, 24, ulong2(8u, 0u), true);
+  else simdgroup_load4(q[0], q[1], q[2], q[3], b, 24, ulong2(8u, 0u));
+  for (uint n = 0u; n < 2u; ++n) {
+    simdgroup_float8x8 d0 = make_filled_simdgroup_matrix<float, 8, 8>(0.5f);
+    simdgroup_float8x8 d1 = make_filled_simdgroup_matrix<float, 8, 8>(0.25f);
+    simdgroup_multiply_accumulate_16x16(d0, d1, a00, a10, a01, a11, q[2u * n], q[2u * n + 1u], d0, d1);
+    simdgroup_store(d0, c, 16, ulong2(8u * n, 16u * sg));
+    simdgroup_store(d1, c, 16, ulong2(8u * n, 16u * sg + 8u));
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint j = i; j < 512u; j += 64u) out[j] = c[j];
+}
+
+// simdgroup_load4 from rows that are not 16-byte aligned.
+kernel void matrix_load4_misaligned(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 words[40];  // [16][20] halfs
+  threadgroup half* a = (threadgroup half*)words;
+  for (uint j = lane; j < 320u; j += 32u) a[j] = half(1.0f);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  simdgroup_half8x8 m0;
+  simdgroup_half8x8 m1;
+  simdgroup_half8x8 m2;
+  simdgroup_half8x8 m3;
+  simdgroup_load4(m0, m1, m2, m3, a, 20, ulong2(4u, 0u));
+  simdgroup_float8x8 c;
+  simdgroup_multiply(c, m0, m3);
+  simdgroup_store(c, out, 8);
+}
+
 // A simdgroup matrix load that half of the lanes skip.
 kernel void matrix_load_divergent(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup half a[64];

@@ -124,6 +124,24 @@ int main() {
     check(exact, std::string("simdgroup_multiply_accumulate_pair (rows 4-byte aligned or not) in ") +
                      msl_emu::order_name(o) + " order" + (e.empty() ? "" : ": " + e));
   }
+  for (Order o : {Order::Forward, Order::Reverse, Order::Random}) {
+    std::vector<float> m(512);
+    for (size_t j = 0; j < 512; ++j) m[j] = float(int(j * 7 % 13) - 6) * 0.25f;
+    const std::vector<float> in = m;
+    e = launch(k::Id::simdgroup_matrix_16x16, 64, m, o);
+    bool exact = e.empty();
+    for (int s = 0; s < 2 && exact; ++s)
+      for (int r = 0; r < 16; ++r)
+        for (int n = 0; n < 16; ++n) {
+          double want = r < 8 ? 0.5 : 0.25;
+          for (int kk = 0; kk < 16; ++kk) want += double(in[size_t(r * 16 + kk)]) * double(in[size_t(256 + kk * 16 + n)]);
+          exact &= double(m[size_t(s * 256 + r * 16 + n)]) == want;
+        }
+    check(exact, std::string("simdgroup_load4 (origin, transpose), simdgroup_multiply_accumulate_16x16 in ") +
+                     msl_emu::order_name(o) + " order" + (e.empty() ? "" : ": " + e));
+  }
+  e = launch(k::Id::matrix_load4_misaligned, 32, out, Order::Forward);
+  check(contains(e, "is not aligned to 16 bytes"), "simdgroup_load4 from rows not 16-byte aligned: " + e);
   e = launch(k::Id::matrix_load_divergent, 32, out, Order::Forward);
   check(contains(e, "simdgroup matrix operation"), "simdgroup_load skipped by some lanes: " + e);
   e = launch(k::Id::matrix_load_nonuniform, 32, out, Order::Forward);
