@@ -217,6 +217,14 @@ struct RouteParams {
   uint has_probs;
 };
 
+// Decode's routing folded into the expert kernel (moe_route_gate_up): the expert launch's parameters and
+// the routing's; each of the GEMV_THREADS threads holds ROUTE_FUSED_PER_THREAD experts.
+#define ROUTE_FUSED_PER_THREAD (ROUTER_MAX_EXPERTS / GEMV_THREADS)
+struct MoeRouteParams {
+  MoeParams moe;
+  RouteParams route;
+};
+
 struct NormParams {
   uint rows;
   uint dim;

@@ -194,6 +194,7 @@ void GpuBackend::fill(View dst, float value, size_t count) {
 
 std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
   std::unique_lock<std::recursive_mutex> lock(mu_);
+  flush_route();
   flush_add();
   return lock;
 }

@@ -105,9 +105,11 @@ class GpuBackend final : public Backend {
  private:
   friend class GpuBuffer;
   class Call;
-  // Locks the backend and dispatches a deferred add (every call but add() and rms_norm() starts here).
+  // Locks the backend and dispatches the deferred route and add (every call but rms_norm() and
+  // moe_experts(), which may take them into their own launch, starts here).
   std::unique_lock<std::recursive_mutex> enter();
   void flush_add();
+  void flush_route();
   void submit(const Dispatch& d);
   void release(DeviceBuffer* b);
   void finish_locked();
@@ -137,6 +139,13 @@ class GpuBackend final : public Backend {
     float scale = 1.0f;
     bool active = false;
   } add_;
+  // The last route(), not yet dispatched: when the next call is the decode moe_experts of the ids and
+  // weights it writes, the routing runs inside the expert launch (moe_route_gate_up).
+  struct PendingRoute {
+    View logits, bias, ids, weights, probs;
+    int n = 0, experts = 0, k = 0;
+    bool renormalize = false, active = false;
+  } route_;
   uint64_t dispatches_ = 0;
   std::vector<uint64_t> by_kernel_ = std::vector<uint64_t>(kernels::kCount, 0);
 };

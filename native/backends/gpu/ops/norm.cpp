@@ -8,6 +8,7 @@ namespace moelens::gpu {
 
 void GpuBackend::rms_norm(View x, View weight, int rows, int dim, float eps, View out) {
   std::unique_lock<std::recursive_mutex> lock(mu_);
+  flush_route();  // a pending route and a pending add are never both pending: add() flushes the route
   if (add_.active && add_.a.buf == x.buf && add_.a.offset == x.offset && add_.count == size_t(rows) * size_t(dim)) {
     add_.active = false;
     shader::AddNormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u, add_.scale};
