@@ -93,15 +93,15 @@ inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device 
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   if (live) {
     if (shared) {
-      if (up) rows_dot(p.sup, suw, sus, sub, row0, count, xt, vec, lane, 0u, 1u, acc);
-      else rows_dot(p.sgate, sgw, sgs, sgb, row0, count, xt, vec, lane, 0u, 1u, acc);
+      if (up) rows_dot(p.sup, suw, sus, sub, row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
+      else rows_dot(p.sgate, sgw, sgs, sgb, row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
     } else {
       if (up)
         rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e),
-                 row0, count, xt, vec, lane, 0u, 1u, acc);
+                 row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
       else
         rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
-                 gb + expert_scale_bytes(p.gate, e), row0, count, xt, vec, lane, 0u, 1u, acc);
+                 gb + expert_scale_bytes(p.gate, e), row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
     }
   }
   for (uint r = 0; r < GEMV_ROWS; ++r) {
@@ -241,14 +241,15 @@ inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device 
 // GEMV_ROWS output rows (split-K over all k experts; the first adds the parts up);
 // grid (ceil(hidden · split / (GEMV_ROWS · GEMV_SIMDGROUPS)), n). Quantized experts are read as one
 // virtual row of k · inter columns (the k rows of h[t] are contiguous), so the loads of all the
-// experts are in flight together rather than one expert after another.
+// experts are in flight together rather than one expert after another. With p.residual the output is
+// also added to the residual stream: residual[t] += residual_scale · out[t] (decode's residual add).
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_down(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                      device const uchar* db [[buffer(2)]], device const float* h [[buffer(3)]],
                      device const int* ids [[buffer(4)]], device const float* weights [[buffer(5)]],
                      device float* out [[buffer(6)]], device const uchar* sdw [[buffer(7)]],
                      device const uchar* sds [[buffer(8)]], device const uchar* sdb [[buffer(9)]],
                      device const float* sh [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
-                     constant MoeParams& p [[buffer(12)]],
+                     constant MoeParams& p [[buffer(12)]], device float* residual [[buffer(13)]],
                      uint2 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]],
                      uint threads [[threads_per_threadgroup]]) {
@@ -304,16 +305,21 @@ inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device 
     for (uint s = 0; s < p.k; ++s) {
       const uint e = slot_expert[s];
       rows_dot(p.down, dw + expert_bytes(p.down, e), ds + expert_scale_bytes(p.down, e), db + expert_scale_bytes(p.down, e),
-               row0, count, ht + ulong(s) * p.inter, p.h_vec4 != 0u, lane, part, parts, dot);
+               row0, count, DeviceRow{ht + ulong(s) * p.inter, p.h_vec4 != 0u}, lane, part, parts, dot);
       for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += slot_weight[s] * dot[r];
     }
   }
   if (live && p.shared != 0u) {  // the gated shared expert, weighted per lane like the routed ones
     float dot[GEMV_ROWS];
-    rows_dot(p.sdown, sdw, sds, sdb, row0, count, sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u, lane, part, parts, dot);
+    rows_dot(p.sdown, sdw, sds, sdb, row0, count, DeviceRow{sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u}, lane, part,
+             parts, dot);
     const float ws = p.shared_scale * sigmoid(gate_logit[t]);
     for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += ws * dot[r];
   }
   const float v = block_rows_sum(acc, partial, sg, lane, parts);
-  if (part == 0u && lane < count) out[ulong(t) * p.hidden + row0 + lane] = v;
+  if (part == 0u && lane < count) {
+    const ulong at = ulong(t) * p.hidden + row0 + lane;
+    out[at] = v;
+    if (p.residual != 0u) residual[at] = residual[at] + p.residual_scale * v;
+  }
 }

@@ -81,6 +81,35 @@ void add_moe_cases(Cases& all) {
           c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
         });
 
+  // Decode's residual add folded into moe_down: moe_experts then add(resid, out) adds inside the expert
+  // launch (no add_scaled), with and without the shared expert.
+  for (bool with_shared : {false, true})
+    add(std::string("moe_experts + residual add") + (with_shared ? " + shared" : ""), [with_shared](Ctx& c) {
+      const int E = 6, H = 128, I = 64, K = 3, SI = 96, n = 2;
+      c.shape = "q4, 6 experts 128x64 top-3, 2 tokens" + std::string(with_shared ? ", shared expert 96" : "");
+      HostWeight g(c.rng, "q4", I, H, E), u(c.rng, "q4", I, H, E), d(c.rng, "q4", H, I, E);
+      HostWeight sg(c.rng, "q4", SI, H), su(c.rng, "q4", SI, H), sd(c.rng, "q4", H, SI, 0, 32);
+      WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);
+      WeightPair SG = upload(c, sg), SU = upload(c, su), SD = upload(c, sd);
+      Pair ids = c.ints({0, 2, 5, 1, 2, 4}), w = c.floats(c.rng.normals(size_t(n) * K)), x = c.floats(c.rng.normals(size_t(n) * H));
+      Pair out = c.zeros(size_t(n) * H), resid = c.floats(c.rng.normals(size_t(n) * H)), gl = c.floats(c.rng.normals(n));
+      Backend::SharedExpert shc, shg;
+      if (with_shared) {
+        shc = {SG.cpu.get(), SU.cpu.get(), SD.cpu.get(), View(gl.cpu.get()), 0.7f};
+        shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
+      }
+      const uint64_t adds = c.launches(gpu::kernels::add_scaled::id);
+      c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
+                        View(out.cpu.get()), shc);
+      c.cpu.add(View(resid.cpu.get()), View(out.cpu.get()), size_t(n) * H, 1.0f);
+      c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
+                        View(out.gpu.get()), shg);
+      c.gpu.add(View(resid.gpu.get()), View(out.gpu.get()), size_t(n) * H, 1.0f);
+      c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
+      c.expect_close("residual", resid, size_t(n) * H, 2e-5f);
+      if (c.launches(gpu::kernels::add_scaled::id) != adds) throw Failure("the residual add ran on its own");
+    });
+
   // Decode's routing inside the expert launch (moe_route_gate_up): route() then moe_experts() of the ids
   // and weights it wrote, against the CPU backend's route and experts (ids exactly; weights, probs and
   // the output to the tolerances of the separate route and moe_experts cases). Below PREFILL_MIN_TOKENS

@@ -47,8 +47,7 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   const bool fuse_route = routing.active && !tiled(n) && same_view(routing.ids, ids) &&
                           same_view(routing.weights, weights) && routing.n == n && routing.k == top_k;
   if (fuse_route) route_.active = false;
-  flush_route();
-  flush_add();
+  flush_deferred();
   if (tiled(n)) return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
   shader::MoeParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
@@ -98,8 +97,9 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out)
       .buf(dn::sdw, data(SD)).buf(dn::sds, scales(SD)).buf(dn::sdb, biases(SD)).buf(dn::sh, moe_shared_h_.get())
-      .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).params(dn::p, p)
-      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS).run();
+      .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).buf(dn::residual, nullptr).params(dn::p, p)
+      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS)
+      .hold(out, size_t(p.n) * p.hidden);  // a residual add of the output can join the launch
 }
 
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
