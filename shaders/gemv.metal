@@ -74,10 +74,12 @@ inline void gemv_rows(device const uchar* w0, device const uchar* s0, device con
 }
 
 // The RMSNorm that feeds the projections, folded into them: every threadgroup normalises its token's
-// row of x [n, cols] (x · rsqrt(mean(x²) + eps) · norm_weight, cols <= GEMV_NORM_MAX_COLS) into
-// threadgroup memory and runs gemv_rows on it; the threadgroups of block 0 also write the normed rows
-// to norm_out for the kernels that follow. Loads in loops of constant trip count (clamped), as the
-// norm kernels'. Same grid as gemv.
+// row of x [n, cols] (cols <= GEMV_NORM_MAX_COLS) into threadgroup memory and runs gemv_rows on it;
+// the threadgroups of block 0 also write the normed rows to norm_out for the kernels that follow.
+// Plain (the layers' RMSNorm): x · rsqrt(mean(x²) + eps) · norm_weight over the whole row. Gated
+// (p.norm_gated, DeltaNet's gated norm): each group of p.norm_group columns (a value head) normed on
+// its own, norm_weight [norm_group] · (x · rsqrt(mean(x²) + eps)) · silu(norm_gate), as gated_rms_norm
+// sums it. Loads in loops of constant trip count (clamped), as the norm kernels'. Same grid as gemv.
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void gemv_norm(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                  device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
                  device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
@@ -88,15 +90,17 @@ inline void gemv_rows(device const uchar* w0, device const uchar* s0, device con
                  device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
                  device const float* x [[buffer(16)]], device float* residual [[buffer(17)]],
                  constant GemvParams& p [[buffer(18)]], device const float* norm_weight [[buffer(19)]],
-                 device float* norm_out [[buffer(20)]],
+                 device float* norm_out [[buffer(20)]], device const float* norm_gate [[buffer(21)]],
                  uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                  uint simdgroups [[simdgroups_per_threadgroup]]) {
   threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
   threadgroup float scratch[32];
+  threadgroup float group_inv[GEMV_NORM_MAX_COLS / 32u];
   threadgroup float4 staged4[GEMV_NORM_MAX_COLS / 4u];
   threadgroup float* staged = (threadgroup float*)staged4;
-  const uint t = group.y, cols = p.cols;
+  const uint t = group.y, cols = p.cols, g = p.norm_group;
+  const bool gated = p.norm_gated != 0u;
   device const float* xt = x + ulong(t) * cols;
   float ss = 0.0f;
   for (uint k = 0; k < GEMV_NORM_MAX_COLS / GEMV_THREADS; ++k) {
@@ -105,13 +109,27 @@ inline void gemv_rows(device const uchar* w0, device const uchar* s0, device con
     ss += i < cols ? v * v : 0.0f;
     staged[i] = i < cols ? v : 0.0f;
   }
-  const float inv = 1.0f / sqrt(threadgroup_sum(ss, scratch, sg, lane, simdgroups) / float(cols) + p.norm_eps);
+  // The row's sum of squares; its barriers also make the staged row visible to every thread.
+  const float row_inv = 1.0f / sqrt(threadgroup_sum(ss, scratch, sg, lane, simdgroups) / float(cols) + p.norm_eps);
+  if (gated) {  // each simdgroup sums whole groups, lane-strided as gated_rms_norm
+    for (uint q = sg; q < cols / g; q += simdgroups) {
+      float gs = 0.0f;
+      for (uint i = lane; i < g; i += 32u) gs += staged[q * g + i] * staged[q * g + i];
+      const float inv = 1.0f / sqrt(simd_sum(gs) / float(g) + p.norm_eps);
+      if (lane == 0u) group_inv[q] = inv;
+    }
+  } else if (tid == 0u) {
+    group_inv[0] = row_inv;  // the whole row is one group
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
   device float* normed = norm_out + ulong(t) * cols;
   for (uint k = 0; k < GEMV_NORM_MAX_COLS / GEMV_THREADS; ++k) {
-    const uint i = tid + k * GEMV_THREADS;
-    const float wv = p.norm_has_weight != 0u ? norm_weight[min(i, cols - 1u)] : 1.0f;
-    const float v = staged[i] * inv * wv;
-    staged[i] = v;
+    const uint i = tid + k * GEMV_THREADS, c = min(i, cols - 1u);
+    const float inv = group_inv[gated ? c / g : 0u];
+    const float wv = p.norm_has_weight != 0u ? norm_weight[gated ? c % g : c] : 1.0f;
+    const float zv = norm_gate[gated ? ulong(t) * cols + c : 0ul];  // unconditional: the dummy when not gated
+    const float v = gated ? wv * (staged[i] * inv) * silu(zv) : staged[i] * inv * wv;
+    staged[i] = i < cols ? v : 0.0f;
     if (group.x == 0u && i < cols) normed[i] = v;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -138,11 +138,14 @@ struct GemvParams {
   uint total_blocks;
   uint x_vec4;  // x is 16-byte aligned (then read with vector loads)
   uint split;   // simdgroups per block of rows: 1, 2, 4 ... GEMV_SIMDGROUPS
-  // Decode's fusions: the output also added to the residual stream (one job); gemv_norm's RMSNorm.
+  // Decode's fusions: the output also added to the residual stream (one job); gemv_norm's RMSNorm
+  // (norm_group: columns per normed group, cols for the plain norm; norm_gated: DeltaNet's gated norm).
   uint residual;
   float residual_scale;
   float norm_eps;
   uint norm_has_weight;
+  uint norm_group;
+  uint norm_gated;
 };
 // gemv_norm stages a normed input row of up to GEMV_NORM_MAX_COLS floats in threadgroup memory
 // (a multiple of GEMV_THREADS).

@@ -163,10 +163,10 @@ class GpuBackend final : public Backend {
     size_t count = 0;
     bool active = false;
   } held_;
-  // The last rms_norm(), not yet dispatched: when the next call is a GEMV of its output, every
-  // threadgroup of that launch normalises the row itself (gemv_norm).
+  // The last rms_norm() or gated_rms_norm() (gate set), not yet dispatched: when the next call is a
+  // GEMV of its output, every threadgroup of that launch normalises the row itself (gemv_norm).
   struct PendingNorm {
-    View x, weight, out;
+    View x, weight, out, gate;
     int rows = 0, dim = 0;
     float eps = 0.0f;
     bool active = false;

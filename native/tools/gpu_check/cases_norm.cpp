@@ -90,6 +90,43 @@ void add_norm_cases(Cases& all) {
             throw Failure("the residual add did not run inside the projection");
         });
 
+  // DeltaNet's gated norm folded into the output projection (gemv_norm, gated): gated_rms_norm(core, z
+  // -> head_out) over value heads of `dim`, then matmul of head_out, against the CPU backend (the
+  // projection and head_out). Below PREFILL_MIN_TOKENS the fused kernel must run; n 17 runs them apart.
+  struct GatedShape {
+    int n, heads, dim;
+    bool add;
+  };
+  for (GatedShape m : {GatedShape{1, 32, 128, false}, GatedShape{3, 4, 64, true}, GatedShape{2, 3, 96, false},
+                       GatedShape{17, 2, 64, false}})
+    add("gated_rms_norm + matmul n" + std::to_string(m.n) + " " + std::to_string(m.heads) + "x" + std::to_string(m.dim) +
+            (m.add ? " + add" : ""),
+        [m](Ctx& c) {
+          const int cols = m.heads * m.dim, rows = 37;
+          const size_t count = size_t(m.n) * size_t(cols);
+          c.shape = std::to_string(m.n) + " tokens x " + std::to_string(m.heads) + " heads of " + std::to_string(m.dim) +
+                    ", q4 " + std::to_string(rows) + " rows";
+          HostWeight hw(c.rng, "q4", rows, cols, 0, 32);
+          WeightPair w = upload(c, hw);
+          Pair core = c.floats(c.rng.normals(count, 2.0f)), z = c.floats(c.rng.normals(count)), nw = c.floats(c.rng.normals(size_t(m.dim)));
+          Pair head_out = c.zeros(count), out = c.zeros(size_t(m.n) * rows), resid = c.floats(c.rng.normals(size_t(m.n) * rows));
+          const uint64_t fused = c.launches(gpu::kernels::gemv_norm::id);
+          for (Backend* b : {static_cast<Backend*>(&c.cpu), static_cast<Backend*>(&c.gpu)}) {
+            const bool g = b == &c.gpu;
+            auto at = [g](const Pair& p) { return View(g ? p.gpu.get() : p.cpu.get()); };
+            b->gated_rms_norm(at(core), at(z), at(nw), m.n * m.heads, m.dim, 1e-6f, at(head_out));
+            b->matmul(g ? *w.gpu : *w.cpu, at(head_out), m.n, at(out));
+            if (m.add) b->add(at(resid), at(out), size_t(m.n) * rows, 1.0f);
+          }
+          const bool tiled = m.n >= int(PREFILL_MIN_TOKENS);
+          const float tol = tiled ? 3e-3f : 2e-5f;  // the tiled GEMM's tolerance (cases_matmul.cpp)
+          c.expect_close("gated_rms_norm out", head_out, count, 1e-5f);
+          c.expect_close("matmul", out, size_t(m.n) * rows, tol);
+          if (m.add) c.expect_close("residual", resid, size_t(m.n) * rows, tol);
+          if (c.launches(gpu::kernels::gemv_norm::id) != fused + (tiled ? 0 : 1))
+            throw Failure(std::string("the gated norm ") + (tiled ? "ran" : "did not run") + " inside the projection");
+        });
+
   // The norm in place runs on its own (the projection would read x while block 0 writes it).
   add("rms_norm in place + matmul", [](Ctx& c) {
     c.shape = "1 token x 256, in place, q4 37 rows";

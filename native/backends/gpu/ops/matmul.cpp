@@ -74,7 +74,8 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n, c
   if (norm) {
     namespace gn = k::gemv_norm;
     p.norm_eps = norm->eps, p.norm_has_weight = norm->weight ? 1u : 0u;
-    call.buf(gn::x, norm->x).opt(gn::norm_weight, norm->weight).buf(gn::norm_out, norm->out);
+    p.norm_gated = norm->gate ? 1u : 0u, p.norm_group = norm->gate ? uint32_t(norm->dim) : p.cols;
+    call.buf(gn::x, norm->x).opt(gn::norm_weight, norm->weight).buf(gn::norm_out, norm->out).opt(gn::norm_gate, norm->gate);
   } else {
     call.buf(k::gemv::x, x);
   }
@@ -87,10 +88,17 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n, c
 
 bool GpuBackend::take_norm(View x, int n, const MatmulJob* jobs, size_t count, PendingNorm* out) {
   const PendingNorm& m = norm_;
-  if (!m.active || tiled(n) || m.out.buf != x.buf || m.out.offset != x.offset || m.rows != n) return false;
+  if (!m.active || tiled(n) || m.out.buf != x.buf || m.out.offset != x.offset) return false;
   for (size_t j = 0; j < count; ++j) {
     const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
-    if (w.experts || int64_t(w.desc.cols) != m.dim || jobs[j].out.buf == m.x.buf || jobs[j].out.buf == m.out.buf) return false;
+    const size_t cols = w.desc.cols;
+    // The plain norm: one row per token; the gated one: whole groups of dim columns per token's row.
+    const bool rows_match = m.gate ? cols % size_t(m.dim) == 0 && size_t(m.rows) * size_t(m.dim) == size_t(n) * cols
+                                   : m.rows == n && size_t(m.dim) == cols;
+    const View o = jobs[j].out;
+    if (w.experts || !rows_match || cols > GEMV_NORM_MAX_COLS || o.buf == m.x.buf || o.buf == m.out.buf ||
+        (m.gate && o.buf == m.gate.buf))
+      return false;
   }
   *out = m;
   norm_.active = false;
