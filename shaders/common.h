@@ -63,29 +63,6 @@ inline float word_dot(bool q4, uint v, float a, float b, float c, float d, float
             : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c + unpack(v, 24u, 255u) * d;
 }
 
-// The input row x of rows_dot: in device memory (`vec`: 16-byte aligned, then read with vector
-// loads), or staged in threadgroup memory (16-byte aligned: the normed input of gemv_norm); read
-// through row_at and row_load4.
-struct DeviceRow {
-  device const float* x;
-  bool vec;
-};
-struct ThreadgroupRow {
-  threadgroup const float* x;
-};
-inline float row_at(DeviceRow r, uint i) { return r.x[i]; }
-inline float row_at(ThreadgroupRow r, uint i) { return r.x[i]; }
-inline void row_load4(DeviceRow r, uint col, thread float& a, thread float& b, thread float& c, thread float& d) {
-  load_x4(r.x, col, r.vec, a, b, c, d);
-}
-inline void row_load4(ThreadgroupRow r, uint col, thread float& a, thread float& b, thread float& c, thread float& d) {
-  const float4 v = ((threadgroup const float4*)r.x)[col / 4u];
-  a = v.x;
-  b = v.y;
-  c = v.z;
-  d = v.w;
-}
-
 // acc[r] = this simdgroup's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one
 // matrix or expert, `data`, `scales` and `biases` pointing at it); the caller sums the lanes
 // (simd_sum) and, when `parts` simdgroups share the rows (split-K), the parts. Lane l of part p takes
@@ -93,11 +70,10 @@ inline void row_load4(ThreadgroupRow r, uint col, thread float& a, thread float&
 // 128 contiguous bytes; GEMV_UNROLL words per row are loaded before any
 // is used (loads in flight are what a GEMV needs; bench/gpu/gemv-variants.cu measured the choices),
 // and the x values of a word serve all the rows. A quantized word lies inside one group (group sizes
-// are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. X: DeviceRow or ThreadgroupRow.
-template <class X>
+// are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. `vec`: x is 16-byte aligned.
 inline void rows_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
-                     device const uchar* biases, uint row0, uint count, X x, uint lane, uint part, uint parts,
-                     thread float* acc) {
+                     device const uchar* biases, uint row0, uint count, device const float* x, bool vec, uint lane,
+                     uint part, uint parts, thread float* acc) {
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   const uint words = w.row_bytes / 4u;
   const bool q4 = w.format == WEIGHT_Q4;
@@ -121,8 +97,8 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
         const uint wi = min(w0 + 32u * parts * u, words - 1u);
         const bool in = w0 + 32u * parts * u < words;
         float a, b, c, d, e, f, g, h;
-        row_load4(x, per_word * wi, a, b, c, d);
-        row_load4(x, q4 ? 8u * wi + 4u : per_word * wi, e, f, g, h);  // Q8: a harmless reload
+        load_x4(x, per_word * wi, vec, a, b, c, d);
+        load_x4(x, q4 ? 8u * wi + 4u : per_word * wi, vec, e, f, g, h);  // Q8: a harmless reload
         const float xs = q4 ? ((a + b) + (c + d)) + ((e + f) + (g + h)) : (a + b) + (c + d);
         for (uint r = 0; r < GEMV_ROWS; ++r) {
           const uint v = q[u][r];
@@ -133,14 +109,14 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
     }
   } else if (w.format == WEIGHT_F32) {
     for (uint wi = 32u * part + lane; wi < words; wi += 32u * parts) {
-      const float a = row_at(x, wi);
+      const float a = x[wi];
       for (uint r = 0; r < GEMV_ROWS; ++r)
         if (r < count) acc[r] += ((device const float*)(data + ulong(row0 + r) * w.row_bytes))[wi] * a;
     }
   } else {  // bf16 or f16: two weights per word
     const bool bf = w.format == WEIGHT_BF16;
     for (uint wi = 32u * part + lane; wi < words; wi += 32u * parts) {
-      const float a = row_at(x, 2u * wi), b = row_at(x, 2u * wi + 1u);
+      const float a = x[2u * wi], b = x[2u * wi + 1u];
       for (uint r = 0; r < GEMV_ROWS; ++r) {
         if (r < count) {
           const uint v = ((device const uint*)(data + ulong(row0 + r) * w.row_bytes))[wi];

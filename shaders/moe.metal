@@ -71,50 +71,10 @@ using namespace metal;
   }
 }
 
-// The rows of moe_gate_up's threadgroup (x, s) for token t and expert e (slot s < k; ignored for the
-// shared slot s == k): h[t, s, row0 ..] = silu(gate_e · x[t]) * (up_e · x[t]), or sh[t, row0 ..] from
-// the shared expert's gate and up. Simdgroups come in pairs: the even one computes GEMV_ROWS rows of
-// gate, the odd one the same rows of up (their loads in flight at once), and the even one combines
-// them through threadgroup memory.
-inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device const uchar* gb,
-                         device const uchar* uw, device const uchar* us, device const uchar* ub,
-                         device const float* x, device float* h, device const uchar* sgw, device const uchar* sgs,
-                         device const uchar* sgb, device const uchar* suw, device const uchar* sus,
-                         device const uchar* sub, device float* sh, constant MoeParams& p, uint gx, uint s, uint t,
-                         uint e, uint sg, uint lane, threadgroup float* partial) {
-  const uint row0 = (gx * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS;
-  const bool shared = s == p.k, up = (sg & 1u) != 0u;
-  const uint rows = shared ? p.shared_inter : p.inter;
-  const bool live = row0 < rows;
-  const uint count = live ? min(GEMV_ROWS, rows - row0) : 0u;
-  device const float* xt = x + ulong(t) * p.hidden;
-  const bool vec = p.x_vec4 != 0u;
-  float acc[GEMV_ROWS];
-  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
-  if (live) {
-    if (shared) {
-      if (up) rows_dot(p.sup, suw, sus, sub, row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
-      else rows_dot(p.sgate, sgw, sgs, sgb, row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
-    } else {
-      if (up)
-        rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e),
-                 row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
-      else
-        rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
-                 gb + expert_scale_bytes(p.gate, e), row0, count, DeviceRow{xt, vec}, lane, 0u, 1u, acc);
-    }
-  }
-  for (uint r = 0; r < GEMV_ROWS; ++r) {
-    const float v = simd_sum(acc[r]);
-    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
-  }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  device float* dst = shared ? sh + ulong(t) * p.shared_inter : h + (ulong(t) * p.k + s) * p.inter;
-  if (!up && lane < count) dst[row0 + lane] = silu(partial[sg * GEMV_ROWS + lane]) * partial[(sg + 1u) * GEMV_ROWS + lane];
-}
-
 // h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s], and for s = k (when
-// p.shared) sh[t, r] from the shared expert's gate and up (gate_up_rows);
+// p.shared) sh[t, r] from the shared expert's gate and up. Simdgroups come in pairs: the even one
+// computes GEMV_ROWS rows of gate, the odd one the same rows of up (their loads in flight at once),
+// and the even one combines them through threadgroup memory;
 // grid (ceil(max(inter, shared_inter) / (GEMV_ROWS · GEMV_SIMDGROUPS / 2)), k + shared, n).
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
                         device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
@@ -128,112 +88,37 @@ inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device 
                         uint3 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  const uint row0 = (group.x * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS;
   const uint s = group.y, t = group.z;
-  const uint e = uint(ids[ulong(t) * p.k + min(s, p.k - 1u)]);  // clamped: the shared slot reads no expert
-  gate_up_rows(gw, gs, gb, uw, us, ub, x, h, sgw, sgs, sgb, suw, sus, sub, sh, p, group.x, s, t, e, sg, lane, partial);
-}
-
-// Decode's routing folded into moe_gate_up: every threadgroup routes its token from the router logits
-// (route's semantics: softmax of logits + bias, the bias's infinities, top-k, renormalisation) and
-// takes its slot's expert; threadgroup (0, 0) of each token also writes ids, weights and probs for
-// moe_down and the caller. With GEMV_THREADS threads each thread holds ROUTE_FUSED_PER_THREAD experts;
-// the top-k is k rounds of a threadgroup arg-max (highest key first, then the lower id: route's order),
-// each round one barrier (the simdgroups' winners alternate between two slots of threadgroup memory).
-// Same grid as moe_gate_up.
-[[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_route_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
-                        device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
-                        device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
-                        device const float* x [[buffer(6)]], device int* ids [[buffer(7)]],
-                        device float* h [[buffer(8)]], device const uchar* sgw [[buffer(9)]],
-                        device const uchar* sgs [[buffer(10)]], device const uchar* sgb [[buffer(11)]],
-                        device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
-                        device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
-                        device const float* logits [[buffer(16)]], device const float* bias [[buffer(17)]],
-                        device float* weights [[buffer(18)]], device float* probs [[buffer(19)]],
-                        constant MoeRouteParams& p [[buffer(20)]],
-                        uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                        uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
-                        uint simdgroups [[simdgroups_per_threadgroup]], uint threads [[threads_per_threadgroup]]) {
-  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
-  threadgroup float scratch[32];
-  threadgroup int best_key[2 * GEMV_SIMDGROUPS];
-  threadgroup uint best_id[2 * GEMV_SIMDGROUPS];
-  threadgroup uint chosen_id[ROUTER_MAX_K];
-  threadgroup float chosen_prob[ROUTER_MAX_K];
-  const uint s = group.y, t = group.z, E = p.route.experts, K = p.route.k;
-  const bool writer = group.x == 0u && s == 0u;
-
-  float v[ROUTE_FUSED_PER_THREAD], prob[ROUTE_FUSED_PER_THREAD];
-  int key[ROUTE_FUSED_PER_THREAD];
-  uint forced[ROUTE_FUSED_PER_THREAD];
-  float local_max = -INFINITY;
-  for (uint i = 0; i < ROUTE_FUSED_PER_THREAD; ++i) {
-    const uint e = tid + i * threads, ec = min(e, E - 1u);  // clamped: loads stay unconditional
-    const float bv = p.route.has_bias != 0u ? bias[ulong(t) * E + ec] : 0.0f;
-    const float lv = logits[ulong(t) * E + ec];
-    const uint bits = as_type<uint>(bv);
-    forced[i] = e < E && bits == 0x7f800000u ? 1u : 0u;
-    v[i] = e >= E || bits == 0xff800000u ? -INFINITY : forced[i] != 0u ? lv : lv + bv;
-    local_max = max(local_max, v[i]);
+  const bool shared = s == p.k, up = (sg & 1u) != 0u;
+  const uint rows = shared ? p.shared_inter : p.inter;
+  const bool live = row0 < rows;
+  const uint count = live ? min(GEMV_ROWS, rows - row0) : 0u;
+  device const float* xt = x + ulong(t) * p.hidden;
+  const bool vec = p.x_vec4 != 0u;
+  float acc[GEMV_ROWS];
+  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
+  if (live) {
+    if (shared) {
+      if (up) rows_dot(p.sup, suw, sus, sub, row0, count, xt, vec, lane, 0u, 1u, acc);
+      else rows_dot(p.sgate, sgw, sgs, sgb, row0, count, xt, vec, lane, 0u, 1u, acc);
+    } else {
+      const uint e = uint(ids[ulong(t) * p.k + s]);
+      if (up)
+        rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e),
+                 row0, count, xt, vec, lane, 0u, 1u, acc);
+      else
+        rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
+                 gb + expert_scale_bytes(p.gate, e), row0, count, xt, vec, lane, 0u, 1u, acc);
+    }
   }
-  const float mx = threadgroup_max(local_max, scratch, sg, lane, simdgroups);
-  float local_sum = 0.0f;
-  for (uint i = 0; i < ROUTE_FUSED_PER_THREAD; ++i) {
-    prob[i] = v[i] == -INFINITY ? 0.0f : exp(v[i] - mx);
-    local_sum += prob[i];
-  }
-  const float sum = threadgroup_sum(local_sum, scratch, sg, lane, simdgroups);
-  for (uint i = 0; i < ROUTE_FUSED_PER_THREAD; ++i) {
-    const uint e = tid + i * threads;
-    prob[i] = sum > 0.0f ? prob[i] / sum : 0.0f;
-    // Past the experts: key 0 and a higher id than every expert, so never chosen (k <= experts).
-    key[i] = e < E ? int(as_type<uint>(prob[i]) | (forced[i] << 30)) : 0;
-    if (writer && p.route.has_probs != 0u && e < E) probs[ulong(t) * E + e] = prob[i];
-  }
-  for (uint r = 0; r < K; ++r) {
-    int mine = -1;  // this thread's best untaken expert
-    uint mine_id = 0xffffffffu;
-    for (uint i = 0; i < ROUTE_FUSED_PER_THREAD; ++i) {
-      const uint e = tid + i * threads;
-      const bool better = key[i] > mine || (key[i] == mine && e < mine_id);
-      mine_id = better ? e : mine_id;
-      mine = better ? key[i] : mine;
-    }
-    const int top = simd_max(mine);
-    const uint top_id = simd_min(mine == top ? mine_id : 0xffffffffu);
-    const uint slot = (r & 1u) * GEMV_SIMDGROUPS;
-    if (lane == 0u) {
-      best_key[slot + sg] = top;
-      best_id[slot + sg] = top_id;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    int win = best_key[slot];
-    uint win_id = best_id[slot];
-    for (uint q = 1; q < simdgroups; ++q) {
-      const int k2 = best_key[slot + q];
-      const uint id2 = best_id[slot + q];
-      const bool better = k2 > win || (k2 == win && id2 < win_id);
-      win_id = better ? id2 : win_id;
-      win = better ? k2 : win;
-    }
-    for (uint i = 0; i < ROUTE_FUSED_PER_THREAD; ++i) {
-      if (tid + i * threads == win_id) {
-        chosen_prob[r] = prob[i];
-        key[i] = -1;  // taken
-      }
-    }
-    if (tid == 0u) chosen_id[r] = win_id;
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const float v = simd_sum(acc[r]);
+    if (lane == 0u) partial[sg * GEMV_ROWS + r] = v;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (writer && tid < K) {
-    float total = 0.0f;  // in rank order, as the CPU backend sums
-    for (uint q = 0; q < K; ++q) total += chosen_prob[q];
-    const float w = chosen_prob[tid];
-    ids[ulong(t) * K + tid] = int(chosen_id[tid]);
-    weights[ulong(t) * K + tid] = p.route.renormalize != 0u && total > 0.0f ? w / total : w;
-  }
-  const uint e = chosen_id[min(s, K - 1u)];  // the shared slot reads no expert
-  gate_up_rows(gw, gs, gb, uw, us, ub, x, h, sgw, sgs, sgb, suw, sus, sub, sh, p.moe, group.x, s, t, e, sg, lane, partial);
+  device float* dst = shared ? sh + ulong(t) * p.shared_inter : h + (ulong(t) * p.k + s) * p.inter;
+  if (!up && lane < count) dst[row0 + lane] = silu(partial[sg * GEMV_ROWS + lane]) * partial[(sg + 1u) * GEMV_ROWS + lane];
 }
 
 // out[t, r] = Σ_s weights[t, s] · (down_e[r] · h[t, s]) for e = ids[t, s], plus the gated shared expert
@@ -241,15 +126,14 @@ inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device 
 // GEMV_ROWS output rows (split-K over all k experts; the first adds the parts up);
 // grid (ceil(hidden · split / (GEMV_ROWS · GEMV_SIMDGROUPS)), n). Quantized experts are read as one
 // virtual row of k · inter columns (the k rows of h[t] are contiguous), so the loads of all the
-// experts are in flight together rather than one expert after another. With p.residual the output is
-// also added to the residual stream: residual[t] += residual_scale · out[t] (decode's residual add).
+// experts are in flight together rather than one expert after another.
 [[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_down(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                      device const uchar* db [[buffer(2)]], device const float* h [[buffer(3)]],
                      device const int* ids [[buffer(4)]], device const float* weights [[buffer(5)]],
                      device float* out [[buffer(6)]], device const uchar* sdw [[buffer(7)]],
                      device const uchar* sds [[buffer(8)]], device const uchar* sdb [[buffer(9)]],
                      device const float* sh [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
-                     constant MoeParams& p [[buffer(12)]], device float* residual [[buffer(13)]],
+                     constant MoeParams& p [[buffer(12)]],
                      uint2 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]], uint tid [[thread_index_in_threadgroup]],
                      uint threads [[threads_per_threadgroup]]) {
@@ -305,21 +189,16 @@ inline void gate_up_rows(device const uchar* gw, device const uchar* gs, device 
     for (uint s = 0; s < p.k; ++s) {
       const uint e = slot_expert[s];
       rows_dot(p.down, dw + expert_bytes(p.down, e), ds + expert_scale_bytes(p.down, e), db + expert_scale_bytes(p.down, e),
-               row0, count, DeviceRow{ht + ulong(s) * p.inter, p.h_vec4 != 0u}, lane, part, parts, dot);
+               row0, count, ht + ulong(s) * p.inter, p.h_vec4 != 0u, lane, part, parts, dot);
       for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += slot_weight[s] * dot[r];
     }
   }
   if (live && p.shared != 0u) {  // the gated shared expert, weighted per lane like the routed ones
     float dot[GEMV_ROWS];
-    rows_dot(p.sdown, sdw, sds, sdb, row0, count, DeviceRow{sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u}, lane, part,
-             parts, dot);
+    rows_dot(p.sdown, sdw, sds, sdb, row0, count, sh + ulong(t) * p.shared_inter, p.sh_vec4 != 0u, lane, part, parts, dot);
     const float ws = p.shared_scale * sigmoid(gate_logit[t]);
     for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] += ws * dot[r];
   }
   const float v = block_rows_sum(acc, partial, sg, lane, parts);
-  if (part == 0u && lane < count) {
-    const ulong at = ulong(t) * p.hidden + row0 + lane;
-    out[at] = v;
-    if (p.residual != 0u) residual[at] = residual[at] + p.residual_scale * v;
-  }
+  if (part == 0u && lane < count) out[ulong(t) * p.hidden + row0 + lane] = v;
 }

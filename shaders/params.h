@@ -162,20 +162,7 @@ struct GemvParams {
   uint total_blocks;
   uint x_vec4;  // x is 16-byte aligned (then read with vector loads)
   uint split;   // simdgroups per block of rows: 1, 2, 4 ... GEMV_SIMDGROUPS
-  // Decode's fusions: the output also added to the residual stream (one job); gemv_norm's RMSNorm
-  // (norm_group: columns per normed group, cols for the plain norm; norm_gated: DeltaNet's gated norm).
-  uint residual;
-  float residual_scale;
-  float norm_eps;
-  uint norm_has_weight;
-  uint norm_group;
-  uint norm_gated;
 };
-// gemv_norm stages a normed input row of up to GEMV_NORM_MAX_COLS floats in threadgroup memory
-// (a multiple of GEMV_THREADS).
-#ifndef GEMV_NORM_MAX_COLS
-#define GEMV_NORM_MAX_COLS 4096u
-#endif
 
 // The tiled form of GemvParams (n >= PREFILL_MIN_TOKENS): the row tiles of all jobs are numbered
 // consecutively, job j's from first_tile[j]; grid (total_tiles, ceil(n / tile tokens)), the tiles
@@ -217,8 +204,6 @@ struct MoeParams {
   float shared_scale;
   uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
   uint split;    // moe_down: simdgroups per block of output rows
-  uint residual;  // moe_down: the output also added to the residual stream
-  float residual_scale;
 };
 
 // MoE prefill's counting sort (moe_bucket_count, _scan, _scatter): entries counted and ranked in blocks
@@ -254,14 +239,6 @@ struct RouteParams {
   uint renormalize;
   uint has_bias;
   uint has_probs;
-};
-
-// Decode's routing folded into the expert kernel (moe_route_gate_up): the expert launch's parameters and
-// the routing's; each of the GEMV_THREADS threads holds ROUTE_FUSED_PER_THREAD experts.
-#define ROUTE_FUSED_PER_THREAD (ROUTER_MAX_EXPERTS / GEMV_THREADS)
-struct MoeRouteParams {
-  MoeParams moe;
-  RouteParams route;
 };
 
 struct NormParams {

@@ -138,7 +138,6 @@ int speed(const Options& o) {
   Session g(*model);
   g.forward(prompt.data(), o.prompt, last);
   const uint64_t launches0 = gpu ? gpu->dispatch_count() : 0;
-  const std::vector<uint64_t> by_kernel0 = gpu ? gpu->dispatches_by_kernel() : std::vector<uint64_t>();
   if (gpu) gpu->runtime().reset_stats();  // the runtime's report covers this decode only
   const auto g0 = Clock::now();
   const std::vector<int32_t> tokens = g.decode_greedy(first, decode, ForwardOptions{});
@@ -161,9 +160,6 @@ int speed(const Options& o) {
               bytes * tok_s / 1e9, 100.0 * bytes * tok_s / 1e9 / o.peak_gbps, o.peak_gbps);
   if (gpu) {
     std::printf("kernel launches per decoded token: %.1f\n", double(launches) / decode);
-    for (size_t kid = 0; kid < by_kernel0.size(); ++kid)
-      if (const uint64_t count = gpu->dispatches_by_kernel()[kid] - by_kernel0[kid])
-        std::printf("  %-22s %.1f\n", gpu::kernels::kInfo[kid].name, double(count) / decode);
     const std::string st = gpu->runtime().stats();
     if (!st.empty()) std::printf("runtime: %s\n", st.c_str());
   }

@@ -77,11 +77,6 @@ class GpuBackend::Call {
   void run() {
     if (d_.grid[0] && d_.grid[1] && d_.grid[2]) be_.submit(d_);
   }
-  // Recorded but not dispatched yet: the backend's held launch of `count` outputs at `out`, which a
-  // residual add may still join (GpuBackend::add).
-  void hold(View out, size_t count) {
-    if (d_.grid[0] && d_.grid[1] && d_.grid[2]) be_.hold(d_, out, count);
-  }
 
  private:
   GpuBackend& be_;

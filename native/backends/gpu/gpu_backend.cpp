@@ -194,29 +194,8 @@ void GpuBackend::fill(View dst, float value, size_t count) {
 
 std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
   std::unique_lock<std::recursive_mutex> lock(mu_);
-  flush_deferred();
-  return lock;
-}
-
-void GpuBackend::flush_deferred() {
-  flush_held();
-  flush_norm();
-  flush_route();
   flush_add();
-}
-
-void GpuBackend::hold(const Dispatch& d, View out, size_t count) {
-  flush_deferred();
-  held_.d = d;
-  held_.out = out;
-  held_.count = count;
-  held_.active = true;
-}
-
-void GpuBackend::flush_held() {
-  if (!held_.active) return;
-  held_.active = false;
-  submit(held_.d);
+  return lock;
 }
 
 void GpuBackend::flush_add() {

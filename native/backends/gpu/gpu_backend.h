@@ -107,25 +107,14 @@ class GpuBackend final : public Backend {
  private:
   friend class GpuBuffer;
   class Call;
-  // Decode's fusions defer one thing at a time (held_, norm_, route_ or add_) until the next call shows
-  // whether it can join that call's launch. enter() locks the backend and dispatches what is deferred:
-  // every call starts there but add(), rms_norm(), matmul(), matmul_group() and moe_experts(), which
-  // first look for what they can take into their own launch.
+  // Locks the backend and dispatches a deferred add (every call but add() and rms_norm() starts here).
   std::unique_lock<std::recursive_mutex> enter();
-  void flush_deferred();
   void flush_add();
-  void flush_route();
-  void flush_norm();
-  void flush_held();
-  void hold(const Dispatch& d, View out, size_t count);
-  struct PendingNorm;
-  bool take_norm(View x, int n, const MatmulJob* jobs, size_t count, PendingNorm* out);
   void submit(const Dispatch& d);
   void release(DeviceBuffer* b);
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
-  // norm: the deferred RMSNorm whose output is x, run inside the launch (gemv_norm); or null.
-  void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n, const PendingNorm* norm = nullptr);
+  void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
   void gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n)
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
   void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
@@ -151,29 +140,6 @@ class GpuBackend final : public Backend {
     float scale = 1.0f;
     bool active = false;
   } add_;
-  // The last route(), not yet dispatched: when the next call is the decode moe_experts of the ids and
-  // weights it writes, the routing runs inside the expert launch (moe_route_gate_up).
-  struct PendingRoute {
-    View logits, bias, ids, weights, probs;
-    int n = 0, experts = 0, k = 0;
-    bool renormalize = false, active = false;
-  } route_;
-  // The last launch of one output (a single-matrix gemv or gemv_norm, moe_down), not yet dispatched:
-  // when the next call is the residual add of that output (a += scale · out), the launch adds it.
-  struct HeldLaunch {
-    Dispatch d;
-    View out;
-    size_t count = 0;
-    bool active = false;
-  } held_;
-  // The last rms_norm() or gated_rms_norm() (gate set), not yet dispatched: when the next call is a
-  // GEMV of its output, every threadgroup of that launch normalises the row itself (gemv_norm).
-  struct PendingNorm {
-    View x, weight, out, gate;
-    int rows = 0, dim = 0;
-    float eps = 0.0f;
-    bool active = false;
-  } norm_;
   uint64_t dispatches_ = 0;
   std::vector<uint64_t> by_kernel_ = std::vector<uint64_t>(kernels::kCount, 0);
 };

@@ -15,7 +15,6 @@ MixerScratch::MixerScratch(Backend& be, const ModelConfig& c, int rows) : m(rows
   b = alloc(be, m, c.linear_value_heads);
   a = alloc(be, m, c.linear_value_heads);
   core = alloc(be, m, c.value_dim());
-  head_out = alloc(be, m, c.value_dim());
   qg = alloc(be, m, attn_width * (c.attn_output_gate ? 2 : 1));
   q = alloc(be, m, attn_width);
   gate = alloc(be, m, attn_width);
@@ -24,7 +23,7 @@ MixerScratch::MixerScratch(Backend& be, const ModelConfig& c, int rows) : m(rows
 
 size_t MixerScratch::elements() const {
   size_t n = 0;
-  for (const auto* b : {&mix, &qkv, &qkv_conv, &z, &this->b, &a, &core, &head_out, &qg, &q, &gate, &attn}) n += (*b)->count();
+  for (const auto* b : {&mix, &qkv, &qkv_conv, &z, &this->b, &a, &core, &qg, &q, &gate, &attn}) n += (*b)->count();
   return n;
 }
 
@@ -43,9 +42,9 @@ void run_deltanet(const LayerStep& step, MixerScratch& s, LayerState& state, con
   const DeltaNetTrace trace{hooks.sink(HookId::DeltaNetBeta, l), hooks.sink(HookId::DeltaNetDecay, l),
                             hooks.sink(HookId::DeltaNetStateNorm, l)};
   be.deltanet(s.qkv_conv, s.b, s.a, W.A_log, W.dt_bias, state.recurrent, m, dn, s.core, trace);
-  be.gated_rms_norm(s.core, s.z, W.norm, m * Hv, c.linear_value_dim, c.rms_norm_eps, s.head_out);
-  hooks.tap(HookId::DeltaNetHeadOut, l, s.head_out);
-  be.matmul(*W.out, s.head_out, m, s.mix);
+  be.gated_rms_norm(s.core, s.z, W.norm, m * Hv, c.linear_value_dim, c.rms_norm_eps, s.core);
+  hooks.tap(HookId::DeltaNetHeadOut, l, s.core);
+  be.matmul(*W.out, s.core, m, s.mix);
   hooks.tap(HookId::DeltaNetOut, l, s.mix);
 }
 

@@ -10,9 +10,7 @@ namespace moelens {
 
 struct MixerScratch : PlanScratch {
   int m;
-  // head_out: DeltaNet's gated norm of core, not in place, so that a GPU can run it inside the output
-  // projection (which reads core while the norm's output is written).
-  std::unique_ptr<Buffer> mix, qkv, qkv_conv, z, b, a, core, head_out, qg, q, gate, attn;
+  std::unique_ptr<Buffer> mix, qkv, qkv_conv, z, b, a, core, qg, q, gate, attn;
 
   MixerScratch(Backend& be, const ModelConfig& c, int rows);
   int rows() const override { return m; }

@@ -36,35 +36,6 @@ void add_matmul_cases(Cases& all) {
           c.expect_close("matmul", out, size_t(m.n) * rows, 2e-5f);
         });
 
-  // Decode's residual add folded into the projection that produced its operand: matmul then
-  // add(resid, out, scale) runs as one gemv launch that also adds to resid (the held launch's residual
-  // epilogue), no add_scaled; "reads it": the add's target is the matmul's own input, which the launch
-  // must not write while reading, so the add runs on its own.
-  for (std::string variant : {"q4 n1", "q8 n3", "bf16 n2", "reads it"})
-    add("matmul + residual add " + variant, [variant](Ctx& c) {
-      const bool own_input = variant == "reads it";
-      const std::string fmt = own_input ? "q4" : variant.substr(0, variant.find(' '));
-      const int n = own_input ? 1 : variant.back() - '0', rows = own_input ? 256 : 70, cols = 256;
-      c.shape = fmt + " " + std::to_string(rows) + "x" + std::to_string(cols) + ", " + std::to_string(n) + " tokens, scale 0.5";
-      HostWeight hw(c.rng, fmt, rows, cols);
-      WeightPair w = upload(c, hw);
-      Pair x = c.floats(c.rng.normals(size_t(n) * cols)), out = c.zeros(size_t(n) * rows);
-      Pair resid = c.floats(c.rng.normals(size_t(n) * rows));
-      const uint64_t adds = c.launches(gpu::kernels::add_scaled::id);
-      for (Backend* b : {static_cast<Backend*>(&c.cpu), static_cast<Backend*>(&c.gpu)}) {
-        const bool g = b == &c.gpu;
-        b->matmul(g ? *w.gpu : *w.cpu, View(g ? x.gpu.get() : x.cpu.get()), n, View(g ? out.gpu.get() : out.cpu.get()));
-        const Pair& target = own_input ? x : resid;
-        b->add(View(g ? target.gpu.get() : target.cpu.get()), View(g ? out.gpu.get() : out.cpu.get()), size_t(n) * rows, 0.5f);
-      }
-      c.expect_close("matmul", out, size_t(n) * rows, 2e-5f);
-      if (own_input) c.expect_close("input + 0.5 out", x, size_t(n) * cols, 2e-5f);
-      else c.expect_close("residual", resid, size_t(n) * rows, 2e-5f);
-      // Counted after the reads, which dispatch what the backend still held back.
-      if (c.launches(gpu::kernels::add_scaled::id) != adds + (own_input ? 1 : 0))
-        throw Failure(own_input ? "the add into the projection's own input ran inside it" : "the residual add ran on its own");
-    });
-
   for (int cols : {128, 4096})
     add("matmul_group x" + std::to_string(cols), [cols](Ctx& c) {
       c.shape = "5 matrices (q4, q8, bf16) x " + std::to_string(cols);

@@ -65,46 +65,16 @@ void bind_jobs(Launch& call, const JobSlots& at, const Backend::MatmulJob* jobs,
 
 }  // namespace
 
-void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n, const PendingNorm* norm) {
+void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
   shader::GemvParams p{};
-  Call call(*this, norm ? k::gemv_norm::id : k::gemv::id);
+  Call call(*this, k::gemv::id);
   bind_jobs(call, kGemvSlots, jobs, count, n, p, p.first_block, p.total_blocks, GEMV_ROWS);
   p.x_vec4 = x.offset % 4 == 0 && p.cols % 4 == 0 ? 1u : 0u;
   size_t min_row_words = SIZE_MAX;
   for (size_t j = 0; j < count; ++j) min_row_words = std::min<size_t>(min_row_words, p.w[j].row_bytes / 4);
   p.split = split_k(p.total_blocks, p.n, min_row_words, GEMV_UNROLL);
-  if (norm) {
-    namespace gn = k::gemv_norm;
-    p.norm_eps = norm->eps, p.norm_has_weight = norm->weight ? 1u : 0u;
-    p.norm_gated = norm->gate ? 1u : 0u, p.norm_group = norm->gate ? uint32_t(norm->dim) : p.cols;
-    call.buf(gn::x, norm->x).opt(gn::norm_weight, norm->weight).buf(gn::norm_out, norm->out).opt(gn::norm_gate, norm->gate);
-  } else {
-    call.buf(k::gemv::x, x);
-  }
-  call.buf(k::gemv::residual, nullptr).params(k::gemv::p, p)
-      .grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS);
-  // One output: held, so that a residual add of it can join the launch.
-  if (count == 1) call.hold(jobs[0].out, size_t(p.n) * p.w[0].rows);
-  else call.run();
-}
-
-bool GpuBackend::take_norm(View x, int n, const MatmulJob* jobs, size_t count, PendingNorm* out) {
-  const PendingNorm& m = norm_;
-  if (!m.active || tiled(n) || m.out.buf != x.buf || m.out.offset != x.offset) return false;
-  for (size_t j = 0; j < count; ++j) {
-    const auto& w = static_cast<const GpuWeight&>(*jobs[j].weight);
-    const size_t cols = w.desc.cols;
-    // The plain norm: one row per token; the gated one: whole groups of dim columns per token's row.
-    const bool rows_match = m.gate ? cols % size_t(m.dim) == 0 && size_t(m.rows) * size_t(m.dim) == size_t(n) * cols
-                                   : m.rows == n && size_t(m.dim) == cols;
-    const View o = jobs[j].out;
-    if (w.experts || !rows_match || cols > GEMV_NORM_MAX_COLS || o.buf == m.x.buf || o.buf == m.out.buf ||
-        (m.gate && o.buf == m.gate.buf))
-      return false;
-  }
-  *out = m;
-  norm_.active = false;
-  return true;
+  call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n)
+      .threads(GEMV_THREADS).run();
 }
 
 void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
@@ -152,22 +122,14 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
 }
 
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
-  std::unique_lock<std::recursive_mutex> lock(mu_);
+  auto lock = enter();
   MatmulJob job{&w, out};
-  PendingNorm norm;
-  const bool normed = take_norm(x, n, &job, 1, &norm);
-  flush_deferred();
   if (tiled(n)) gemm_jobs(&job, 1, x, n);
-  else gemv_jobs(&job, 1, x, n, normed ? &norm : nullptr);
+  else gemv_jobs(&job, 1, x, n);
 }
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
-  std::unique_lock<std::recursive_mutex> lock(mu_);
-  // The first GEMV launch normalises x when the rms_norm that writes it is deferred (it writes x for
-  // the launches after it).
-  PendingNorm norm;
-  const bool normed = take_norm(x, n, jobs.data(), jobs.size(), &norm);
-  flush_deferred();
+  auto lock = enter();
   // Chunks that tiled(n) takes: jobs that must be exact on the fp32 GEMM, the others on the fp16 one;
   // other calls on the fp32 GEMV kernels.
   std::vector<MatmulJob> fp32, fp16;
@@ -177,7 +139,7 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
     const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
     if (tiled(n)) gemm_exact_jobs(fp32.data() + i, count, x, n);
-    else gemv_jobs(fp32.data() + i, count, x, n, normed && i == 0 ? &norm : nullptr);
+    else gemv_jobs(fp32.data() + i, count, x, n);
   }
 }
 

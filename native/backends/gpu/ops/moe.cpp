@@ -13,41 +13,21 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
   if (experts > int(ROUTER_MAX_EXPERTS) || top_k > int(ROUTER_MAX_K) || top_k > experts || top_k < 1)
     fail("gpu backend: routing ", experts, " experts top-", top_k, " (at most ", ROUTER_MAX_EXPERTS, " experts, top-",
          ROUTER_MAX_K, ")");
-  u32(size_t(n), "tokens");
-  // Deferred: moe_experts may run it inside its first launch; anything else dispatches it first.
-  route_ = {logits, bias, ids, weights, probs, n, experts, top_k, renormalize, true};
+  shader::RouteParams p{u32(size_t(n), "tokens"), uint32_t(experts), uint32_t(top_k), renormalize ? 1u : 0u,
+                        bias ? 1u : 0u, probs ? 1u : 0u};
+  namespace r = k::route;
+  Call(*this, r::id).buf(r::logits, logits).opt(r::bias, bias).buf(r::ids, ids).buf(r::weights, weights)
+      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads((uint32_t(experts) + 31) / 32 * 32).run();
 }
-
-void GpuBackend::flush_route() {
-  if (!route_.active) return;
-  route_.active = false;
-  const PendingRoute& r = route_;
-  shader::RouteParams p{uint32_t(r.n), uint32_t(r.experts), uint32_t(r.k), r.renormalize ? 1u : 0u, r.bias ? 1u : 0u,
-                        r.probs ? 1u : 0u};
-  namespace rt = k::route;
-  Call(*this, rt::id).buf(rt::logits, r.logits).opt(rt::bias, r.bias).buf(rt::ids, r.ids).buf(rt::weights, r.weights)
-      .opt(rt::probs, r.probs).params(rt::p, p).grid(p.n).threads((p.experts + 31) / 32 * 32).run();
-}
-
-static_assert(ROUTE_FUSED_PER_THREAD * GEMV_THREADS >= ROUTER_MAX_EXPERTS,
-              "moe_route_gate_up: the threads of a threadgroup hold all the experts");
-
-static bool same_view(View a, View b) { return a.buf == b.buf && a.offset == b.offset; }
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
                              View weights, int n, int top_k, View out, const SharedExpert& shared) {
-  std::unique_lock<std::recursive_mutex> lock(mu_);
+  auto lock = enter();
   const auto& G = static_cast<const GpuWeight&>(gate_w);
   const auto& U = static_cast<const GpuWeight&>(up_w);
   const auto& D = static_cast<const GpuWeight&>(down_w);
   if (!G.experts || !U.experts || !D.experts) fail("gpu backend: moe_experts needs expert stacks");
   if (top_k > int(ROUTER_MAX_K)) fail("gpu backend: ", top_k, " experts per token (the expert kernels take ", ROUTER_MAX_K, ")");
-  // The routing that wrote these ids and weights, when it is still pending, runs in the first launch.
-  const PendingRoute routing = route_;
-  const bool fuse_route = routing.active && !tiled(n) && same_view(routing.ids, ids) &&
-                          same_view(routing.weights, weights) && routing.n == n && routing.k == top_k;
-  if (fuse_route) route_.active = false;
-  flush_deferred();
   if (tiled(n)) return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
   shader::MoeParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
@@ -68,38 +48,22 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   auto data = [](const GpuWeight* w) { return w ? w->data.get() : nullptr; };
   auto scales = [](const GpuWeight* w) { return w ? w->scales.get() : nullptr; };
   auto biases = [](const GpuWeight* w) { return w ? w->biases.get() : nullptr; };
-  const uint32_t gate_up_blocks = ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS / 2);
-  if (fuse_route) {
-    shader::MoeRouteParams rp{};
-    rp.moe = p;
-    rp.route = {p.n, uint32_t(routing.experts), p.k, routing.renormalize ? 1u : 0u, routing.bias ? 1u : 0u,
-                routing.probs ? 1u : 0u};
-    namespace rg = k::moe_route_gate_up;
-    Call(*this, rg::id).buf(rg::gw, G.data.get()).buf(rg::gs, G.scales.get()).buf(rg::gb, G.biases.get())
-        .buf(rg::uw, U.data.get()).buf(rg::us, U.scales.get()).buf(rg::ub, U.biases.get()).buf(rg::x, x)
-        .buf(rg::ids, ids).buf(rg::h, moe_h_.get()).buf(rg::sgw, data(SG)).buf(rg::sgs, scales(SG))
-        .buf(rg::sgb, biases(SG)).buf(rg::suw, data(SU)).buf(rg::sus, scales(SU)).buf(rg::sub, biases(SU))
-        .buf(rg::sh, moe_shared_h_.get()).buf(rg::logits, routing.logits).opt(rg::bias, routing.bias)
-        .buf(rg::weights, weights).opt(rg::probs, routing.probs).params(rg::p, rp)
-        .grid(gate_up_blocks, p.k + p.shared, p.n).threads(GEMV_THREADS).run();
-  } else {
-    namespace gu = k::moe_gate_up;
-    Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
-        .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get()).buf(gu::x, x)
-        .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).buf(gu::sgw, data(SG)).buf(gu::sgs, scales(SG))
-        .buf(gu::sgb, biases(SG)).buf(gu::suw, data(SU)).buf(gu::sus, scales(SU)).buf(gu::sub, biases(SU))
-        .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p).grid(gate_up_blocks, p.k + p.shared, p.n)
-        .threads(GEMV_THREADS).run();
-  }
+  namespace gu = k::moe_gate_up;
+  Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
+      .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get()).buf(gu::x, x)
+      .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).buf(gu::sgw, data(SG)).buf(gu::sgs, scales(SG))
+      .buf(gu::sgb, biases(SG)).buf(gu::suw, data(SU)).buf(gu::sus, scales(SU)).buf(gu::sub, biases(SU))
+      .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
+      .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS / 2), p.k + p.shared, p.n)
+      .threads(GEMV_THREADS).run();
   // moe_down reads the k experts' rows as one virtual row.
   p.split = split_k(ceil_div(p.hidden, GEMV_ROWS), p.n, size_t(D.desc.row_bytes / 4) * size_t(top_k), MOE_DOWN_UNROLL);
   namespace dn = k::moe_down;
   Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::ids, ids).buf(dn::weights, weights).buf(dn::out, out)
       .buf(dn::sdw, data(SD)).buf(dn::sds, scales(SD)).buf(dn::sdb, biases(SD)).buf(dn::sh, moe_shared_h_.get())
-      .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).buf(dn::residual, nullptr).params(dn::p, p)
-      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS)
-      .hold(out, size_t(p.n) * p.hidden);  // a residual add of the output can join the launch
+      .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).params(dn::p, p)
+      .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS).run();
 }
 
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
