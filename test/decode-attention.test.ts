@@ -10,6 +10,7 @@
 import { expect, test } from "vitest";
 import { load } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
+import { argmax, confidence, maxRelDiff } from "./helpers/logits";
 import { gpuBackend } from "./helpers/gpu-backend";
 
 const backend = gpuBackend("emulator");
@@ -18,38 +19,6 @@ const DECODE = 3;
 
 // The first checkpoint of each fixture (the layouts share the attention code).
 const cases = fixtureCases().filter((c, i, all) => all.findIndex((d) => d.name.split("/")[0] === c.name.split("/")[0]) === i);
-
-function argmax(a: Float32Array): number {
-  let b = 0;
-  for (let i = 1; i < a.length; i++) if (a[i] > a[b]) b = i;
-  return b;
-}
-
-// The gap between the best and second-best logit, relative to the row's standard deviation.
-function confidence(row: Float32Array): number {
-  let best = -Infinity;
-  let second = -Infinity;
-  let sum = 0;
-  let sq = 0;
-  for (const x of row) {
-    if (x > best) [best, second] = [x, best];
-    else if (x > second) second = x;
-    sum += x;
-    sq += x * x;
-  }
-  const mean = sum / row.length;
-  return (best - second) / Math.sqrt(Math.max(sq / row.length - mean * mean, 1e-30));
-}
-
-function maxRelDiff(gpu: Float32Array, cpu: Float32Array): number {
-  let worst = 0;
-  let scale = 0;
-  for (let i = 0; i < cpu.length; i++) {
-    worst = Math.max(worst, Math.abs(gpu[i] - cpu[i]));
-    scale = Math.max(scale, Math.abs(cpu[i]));
-  }
-  return worst / scale;
-}
 
 // Prefills `prompt` tokens (the fixture's first prompt repeated) on the CPU and on `backend` at
 // `precision`, then decodes DECODE tokens fed the CPU's greedy choices; checks every step's logits.

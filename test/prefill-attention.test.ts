@@ -6,6 +6,7 @@
 import { expect, test } from "vitest";
 import { load } from "moelens";
 import { fixtureCases, get } from "./helpers/fixtures";
+import { argmax, confidence, maxRelDiff } from "./helpers/logits";
 import { gpuBackend, TILED_FROM } from "./helpers/gpu-backend";
 
 const backend = gpuBackend("emulator");
@@ -14,38 +15,6 @@ const backend = gpuBackend("emulator");
 const FIRST = TILED_FROM;
 const SECOND = TILED_FROM + 1;
 const DECODE = 3;
-
-function argmax(a: Float32Array): number {
-  let b = 0;
-  for (let i = 1; i < a.length; i++) if (a[i] > a[b]) b = i;
-  return b;
-}
-
-// The gap between the best and second-best logit, relative to the row's standard deviation.
-function confidence(row: Float32Array): number {
-  let best = -Infinity;
-  let second = -Infinity;
-  let sum = 0;
-  let sq = 0;
-  for (const x of row) {
-    if (x > best) [best, second] = [x, best];
-    else if (x > second) second = x;
-    sum += x;
-    sq += x * x;
-  }
-  const mean = sum / row.length;
-  return (best - second) / Math.sqrt(Math.max(sq / row.length - mean * mean, 1e-30));
-}
-
-function maxRelDiff(gpu: Float32Array, cpu: Float32Array): number {
-  let worst = 0;
-  let scale = 0;
-  for (let i = 0; i < cpu.length; i++) {
-    worst = Math.max(worst, Math.abs(gpu[i] - cpu[i]));
-    scale = Math.max(scale, Math.abs(cpu[i]));
-  }
-  return worst / scale;
-}
 
 test.each(fixtureCases())(
   `$name: fp16 prefill logits on ${backend} and the decoding after them follow the CPU backend`,
