@@ -73,6 +73,18 @@ describe("kernels on the emulator", () => {
   });
 });
 
+describe("moelens-gpu-bench agree on the emulator", () => {
+  test("the exact kernels give the CPU backend's top-1 as they run, route as it does, and again with its routing pinned", () => {
+    const r = run(path.join(buildDir, "moelens-gpu-bench"), [
+      "agree", "test/fixtures/t1/hf", "--backend", "emulator", "--precision", "fp32", "--positions", "24", "--decode", "2",
+    ]);
+    expect(r.status, r.out).toBe(0);
+    expect(r.out).toMatch(
+      /teacher-forced top-1 100\.00 % of 24 positions, 0 confident mismatches, .*; routing differs in 0 of 96 choices; with the reference's routing: top-1 100\.00 %, 0 confident mismatches, .* \| ok/,
+    );
+  });
+});
+
 describe("the lint of the portable MSL subset", () => {
   const cases: [string, string][] = [
     ["double", "kernel void k(device float* x [[buffer(0)]]) { double d = 1.0; x[0] = float(d); }"],

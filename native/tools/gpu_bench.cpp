@@ -11,8 +11,9 @@
 // launches per token, the bytes each decoded token reads (weights, DeltaNet state, the KV cache at the
 // context) and the fraction of the given peak bandwidth that makes.
 // agree: per checkpoint, teacher-forced top-1 over `positions` random tokens against the CPU backend
-// (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std),
-// then greedy decoding on both until the first near-tie; exits 1 when either fails.
+// (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std), as
+// the device runs and with its routing pinned to the CPU's (the routing flips at router near-ties
+// counted apart), then greedy decoding on both until the first near-tie; exits 1 when either fails.
 // prefill: for each prompt length, the best of `repeat` prefills (fresh sessions, the synthetic prompt)
 // in fp16 (the tiled kernels) and, up to --compare-max tokens, fp32 (the decode kernels), as tok/s and as the fraction of the given
 // tensor-core peak that the model's matrix work makes (2 flops per weight a token meets, experts k/E of
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -249,34 +251,111 @@ void spread(const float* v, int n, double* sd, double* gap) {
   *gap = double(a) - double(b);
 }
 
+// Teacher-forced top-1 of the device's logits against the reference's: the share of positions that
+// agree, the mismatches where the reference's top-2 gap exceeds 1 % of its logits' std (confident), the
+// worst |diff| / max |logit| of a row; `ok` under the 99.5 % and no-confident-mismatch rule.
+struct Agreement {
+  double percent = 0, worst_rel = 0;
+  int confident_mismatches = 0;
+  bool ok() const { return percent >= 99.5 && confident_mismatches == 0; }
+};
+
+Agreement compare_logits(const std::vector<float>& ref, const std::vector<float>& dev, int positions, int V) {
+  Agreement a;
+  int same = 0;
+  for (int t = 0; t < positions; ++t) {
+    const float* r = &ref[size_t(t) * V];
+    const float* d = &dev[size_t(t) * V];
+    double sd, gap;
+    spread(r, V, &sd, &gap);
+    const bool match = argmax(r, V) == argmax(d, V);
+    same += match;
+    if (!match && gap > 0.01 * sd) ++a.confident_mismatches;
+    double diff = 0, scale = 0;
+    for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(r[i] - d[i]))), scale = std::max(scale, double(std::fabs(r[i])));
+    a.worst_rel = std::max(a.worst_rel, diff / scale);
+  }
+  a.percent = 100.0 * same / positions;
+  return a;
+}
+
+// A capture of `call` by hook point name and layer.
+const Captured& captured(const ForwardResult& call, const std::string& name, int layer) {
+  for (const Captured& c : call.captures)
+    if (c.layer == layer && c.name == name) return c;
+  throw std::runtime_error("no capture of " + name + " at layer " + std::to_string(layer));
+}
+
+std::string layer_point(int layer, const char* point) { return "blocks." + std::to_string(layer) + ".moe." + point; }
+
+// Where the device chose other experts than the reference: how many (layer, position) choices differ,
+// and at the earliest position (lowest layer first) the gap between the reference's k-th and (k+1)-th
+// router logit.
+struct RoutingFlips {
+  int count = 0, choices = 0, layer = -1, position = -1;
+  double gap = 0;
+};
+
+RoutingFlips routing_flips(const ForwardResult& ref, const ForwardResult& dev, int layers, int positions, int E, int k) {
+  RoutingFlips f;
+  for (int t = 0; t < positions; ++t)
+    for (int l = 0; l < layers; ++l) {
+      const std::vector<int32_t>& a = captured(ref, layer_point(l, "topk_ids"), l).i32;
+      const std::vector<int32_t>& b = captured(dev, layer_point(l, "topk_ids"), l).i32;
+      std::vector<int32_t> x(a.begin() + size_t(t) * k, a.begin() + size_t(t + 1) * k);
+      std::vector<int32_t> y(b.begin() + size_t(t) * k, b.begin() + size_t(t + 1) * k);
+      std::sort(x.begin(), x.end());
+      std::sort(y.begin(), y.end());
+      ++f.choices;
+      if (x == y) continue;
+      if (f.count++ == 0) {
+        const std::vector<float>& logits = captured(ref, layer_point(l, "router_logits"), l).f32;
+        std::vector<float> row(logits.begin() + size_t(t) * E, logits.begin() + size_t(t + 1) * E);
+        std::sort(row.begin(), row.end(), std::greater<float>());
+        f.layer = l, f.position = t, f.gap = double(row[size_t(k) - 1]) - double(row[size_t(k)]);
+      }
+    }
+  return f;
+}
+
+// Per checkpoint: teacher-forced logits of `positions` random tokens on the reference (CPU) and the
+// device, once as they run and once with the device's routing pinned to the reference's (its router
+// logits written over the device's at every layer and position, so both choose the same experts with
+// the same weights). A top-k router is discontinuous: where the reference's k-th and (k+1)-th router
+// logits are closer than the router input's error, a lower precision may pick the other expert, and
+// that one choice moves the rest of the row. The pinned run measures the kernels without that; the
+// free run counts the routing flips. ok: the pinned run passes the rule, and so does the free run
+// unless its routing differs somewhere. Then greedy decoding on both until the first near-tie.
 int agree(const Options& o) {
   int failures = 0;
   for (const std::string& dir : o.dirs) {
     std::unique_ptr<Model> ref = Model::load(dir, make_backend("cpu"));
     std::unique_ptr<Model> dev = Model::load(dir, make_backend(o.backend, {0, o.precision}));
-    const int V = ref->config().vocab_size;
+    const ModelConfig& c = ref->config();
+    const int V = c.vocab_size, layers = c.num_layers;
     std::mt19937 rng(12345);
     std::vector<int32_t> ids(size_t(o.positions));
     for (int32_t& id : ids) id = int32_t(rng() % uint32_t(V));
     ForwardOptions all;
     all.logits = LogitsMode::All;
+    all.capture.names = {"blocks.*.moe.router_logits", "blocks.*.moe.topk_ids"};
     Session sr(*ref), sd(*dev);
     ForwardResult rr = sr.forward(ids.data(), o.positions, all), rd = sd.forward(ids.data(), o.positions, all);
-    int same = 0, confident_mismatch = 0;
-    double worst_rel = 0;
-    for (int t = 0; t < o.positions; ++t) {
-      const float* a = &rr.logits[size_t(t) * V];
-      const float* b = &rd.logits[size_t(t) * V];
-      double sd_, gap;
-      spread(a, V, &sd_, &gap);
-      const bool match = argmax(a, V) == argmax(b, V);
-      same += match;
-      if (!match && gap > 0.01 * sd_) ++confident_mismatch;
-      double diff = 0, scale = 0;
-      for (int i = 0; i < V; ++i) diff = std::max(diff, double(std::fabs(a[i] - b[i]))), scale = std::max(scale, double(std::fabs(a[i])));
-      worst_rel = std::max(worst_rel, diff / scale);
+    const Agreement free = compare_logits(rr.logits, rd.logits, o.positions, V);
+    const RoutingFlips flips = routing_flips(rr, rd, layers, o.positions, c.num_experts, c.experts_per_token);
+
+    ForwardOptions pinned;
+    pinned.logits = LogitsMode::All;
+    for (int l = 0; l < layers; ++l) {
+      HookEdit e;
+      e.name = layer_point(l, "router_logits");
+      e.op = HookEdit::Op::Set;
+      for (int t = 0; t < o.positions; ++t) e.positions.push_back(t);
+      e.values = captured(rr, e.name, l).f32;
+      pinned.edits.push_back(std::move(e));
     }
-    const double pct = 100.0 * same / o.positions;
+    const Agreement pin = compare_logits(rr.logits, Session(*dev).forward(ids.data(), o.positions, pinned).logits, o.positions, V);
+
     // Greedy decoding on both, until the first position where the CPU's top-2 gap is within 1 % of the std.
     const int steps = o.decode < 0 ? 32 : o.decode;
     ForwardOptions last;
@@ -297,11 +376,17 @@ int agree(const Options& o) {
       ++followed;
       near_tie = gap <= 0.01 * sd_;
     }
-    const bool ok = pct >= 99.5 && confident_mismatch == 0 && !diverged;
+    const bool ok = pin.ok() && (free.ok() || flips.count > 0) && !diverged;
     failures += !ok;
+    char first[160] = "";
+    if (flips.count)
+      std::snprintf(first, sizeof first, " (first: layer %d, position %d, where the reference's k-th/(k+1)-th router gap is %.2e)",
+                    flips.layer, flips.position, flips.gap);
     std::printf("%s: teacher-forced top-1 %.2f %% of %d positions, %d confident mismatches, max |diff|/max|logit| %.2e; "
-                "greedy followed %d tokens%s | %s\n",
-                dir.c_str(), pct, o.positions, confident_mismatch, worst_rel, followed,
+                "routing differs in %d of %d choices%s; with the reference's routing: top-1 %.2f %%, %d confident "
+                "mismatches, max |diff|/max|logit| %.2e; greedy followed %d tokens%s | %s\n",
+                dir.c_str(), free.percent, o.positions, free.confident_mismatches, free.worst_rel, flips.count, flips.choices,
+                first, pin.percent, pin.confident_mismatches, pin.worst_rel, followed,
                 diverged ? " then diverged" : near_tie ? " to a near-tie" : "", ok ? "ok" : "FAIL");
   }
   return failures ? 1 : 0;
