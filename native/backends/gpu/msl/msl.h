@@ -712,19 +712,52 @@ MSL_SIMDGROUP_LOAD_STORE(float, MSL_AS_DEVICE)
 #endif
 #undef MSL_SIMDGROUP_LOAD_STORE
 
+namespace simdgroup_detail {
+// The 32 lanes of a simdgroup compute the same product of the same matrices one after another (each
+// holds the whole matrices). The last few products computed on this OS thread are kept with their
+// whole inputs: a lane whose inputs are bit for bit a kept product's takes its result, which is what it
+// would compute; a lane whose inputs differ computes its own.
+struct KeptProduct {
+  simdgroup_half8x8 a, b;
+  simdgroup_float8x8 c, d;
+  bool valid = false;
+};
+constexpr int kKeptProducts = 4;
+inline KeptProduct* kept_products() {
+  thread_local KeptProduct kept[kKeptProducts];
+  return kept;
+}
+inline int& next_kept_product() {
+  thread_local int next = 0;
+  return next;
+}
+}  // namespace simdgroup_detail
+
 // d = a * b + c: products of fp16 values are exact in fp32, summed in fp32 over k in order.
 inline void simdgroup_multiply_accumulate(simdgroup_float8x8& d, const simdgroup_half8x8& a, const simdgroup_half8x8& b,
                                           const simdgroup_float8x8& c, int line = __builtin_LINE(),
                                           const char* file = __builtin_FILE()) {
   msl_emu::collective<uint>(msl_emu::SimdOp::Uniform, 0u, 0u, line, file);
-  simdgroup_float8x8 out;
+  simdgroup_detail::KeptProduct* kept = simdgroup_detail::kept_products();
+  for (int i = 0; i < simdgroup_detail::kKeptProducts; ++i)
+    if (kept[i].valid && std::memcmp(kept[i].a.e, a.e, sizeof a.e) == 0 && std::memcmp(kept[i].b.e, b.e, sizeof b.e) == 0 &&
+        std::memcmp(kept[i].c.e, c.e, sizeof c.e) == 0) {
+      d = kept[i].d;
+      return;
+    }
+  float fa[64], fb[64];
+  for (int i = 0; i < 64; ++i) fa[i] = float(a.e[i]), fb[i] = float(b.e[i]);
+  simdgroup_detail::KeptProduct& k = kept[simdgroup_detail::next_kept_product()];
+  simdgroup_detail::next_kept_product() = (simdgroup_detail::next_kept_product() + 1) % simdgroup_detail::kKeptProducts;
+  k.a = a, k.b = b, k.c = c;
   for (int r = 0; r < 8; ++r)
     for (int col = 0; col < 8; ++col) {
       float acc = c.e[r * 8 + col];
-      for (int k = 0; k < 8; ++k) acc = std::fma(float(a.e[r * 8 + k]), float(b.e[k * 8 + col]), acc);
-      out.e[r * 8 + col] = acc;
+      for (int kk = 0; kk < 8; ++kk) acc = std::fma(fa[r * 8 + kk], fb[kk * 8 + col], acc);
+      k.d.e[r * 8 + col] = acc;
     }
-  d = out;
+  k.valid = true;
+  d = k.d;
 }
 inline void simdgroup_multiply(simdgroup_float8x8& d, const simdgroup_half8x8& a, const simdgroup_half8x8& b,
                                int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
