@@ -25,6 +25,9 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
+/** What a slot holds while its worker is being replaced. */
+const REPLACING: Pending = { task: { op: "encode", text: "" }, large: false, resolve: () => undefined, reject: () => undefined };
+
 type Worker = ChildProcess;
 
 interface Slot {
@@ -126,24 +129,7 @@ export class PromptWorkers {
         this.dispatch();
         return;
       }
-      // Keep the slot busy (not large) until its replacement is up.
-      slot.busy = { ...pending, large: false };
-      void stop(worker);
-      this.spawn().then(
-        (fresh) => {
-          if (this.closed) return void stop(fresh);
-          slot.worker = fresh;
-          slot.busy = undefined;
-          this.dispatch();
-        },
-        (e: Error) => {
-          // The tokenizer loaded before, so this is a lasting failure: drop the slot, and fail what
-          // waits when no worker is left rather than let it hang.
-          this.slots.splice(this.slots.indexOf(slot), 1);
-          if (this.slots.length === 0) for (const p of this.waiting.splice(0)) p.reject(e);
-          else this.dispatch();
-        },
-      );
+      this.replace(slot, worker);
     };
     const onMessage = (reply: PromptReply) => {
       if ("ids" in reply) finish(() => pending.resolve(reply.ids), pending.large);
@@ -153,6 +139,28 @@ export class PromptWorkers {
     worker.on("message", onMessage);
     worker.on("exit", onExit);
     worker.send(pending.task, (e) => e && finish(() => pending.reject(e), true));
+  }
+
+  // Stops a slot's worker and starts another in its place. Apart from runOn's closures, which hold the
+  // finished task: its prompt and ids (megabytes) would stay in memory until the new worker is up.
+  private replace(slot: Slot, worker: Worker): void {
+    slot.busy = REPLACING;  // busy (not large) until the replacement is up
+    void stop(worker);
+    this.spawn().then(
+      (fresh) => {
+        if (this.closed) return void stop(fresh);
+        slot.worker = fresh;
+        slot.busy = undefined;
+        this.dispatch();
+      },
+      (e: Error) => {
+        // The tokenizer loaded before, so this is a lasting failure: drop the slot, and fail what
+        // waits when no worker is left rather than let it hang.
+        this.slots.splice(this.slots.indexOf(slot), 1);
+        if (this.slots.length === 0) for (const p of this.waiting.splice(0)) p.reject(e);
+        else this.dispatch();
+      },
+    );
   }
 
   private spawn(): Promise<Worker> {
