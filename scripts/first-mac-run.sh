@@ -5,8 +5,10 @@
 #   4. every kernel against the CPU backend on the GPU (three seeds); 5. the same on the CPU emulator
 #   (what Linux CI runs); 6. teacher-forced and greedy agreement on every fixture, with the tiled
 #   prefill kernels (fp16) and with the exact ones (fp32); 7. the JavaScript end-to-end tests (npm
-#   install builds the addon with the real Metal host); 8. with a checkpoint, the decode and prefill
-#   benchmarks and agreement on it. Prints one report and writes it to
+#   install builds the addon with the real Metal host); 8. with a checkpoint, the decode benchmark (as
+#   the host encodes, and with every encoder call sent), the prefill benchmark and agreement on it; the
+#   summary gives decode tok/s beside the host's calls and encoding time per token, and whether
+#   indirect command buffers would pay (docs/metal.md). Prints one report and writes it to
 #   build/first-mac-run/report.txt. Until this has run on a Mac, docs/metal.md calls the Metal backend
 #   "built and emulated, not run".
 #
@@ -106,12 +108,37 @@ done
 js_end_to_end() { npm install --no-audit --no-fund && npx vitest run test/metal.test.ts test/prefill-*.test.ts; }
 step "JavaScript end to end (test/metal.test.ts, test/prefill-*.test.ts)" js_end_to_end
 
-# 8. The checkpoint: benchmark and agreement.
+# 8. The checkpoint: benchmark and agreement. The decode benchmark runs twice: as the host encodes
+# (only the state that changes) and with every call sent (MOELENS_METAL_ELIDE=0); the summary puts tok/s
+# beside the host's calls and microseconds per token (docs/metal.md, "How the host encodes").
+figures=()
+# decode_figures LABEL: one summary line from the decode benchmark's log (the last step's).
+decode_figures() {
+  local speed host
+  speed=$(sed -n 's/^decode, token kept on the device: [0-9]* tokens, \([0-9.]* tok\/s\) (\([0-9.]* ms per token\)).*/\1, \2/p' "$out/step.log")
+  host=$(sed -n 's/^host per decoded token: //p' "$out/step.log")
+  figures+=("$1: ${speed:-no tok/s (see the step above)}; host per token: ${host:-not reported}")
+}
 if [ -n "$model" ]; then
   step "decode benchmark on $model" "$tools/moelens-gpu-bench" speed "$model" --backend metal --prompt 256 --decode 64 --peak-gbps "$peak"
+  decode_figures "decode"
+  host_share=$(sed -n 's/^host per decoded token: .* = \([0-9.]*\) % of the .*/\1/p' "$out/step.log")
+  step "decode benchmark on $model, every encoder call sent (MOELENS_METAL_ELIDE=0)" \
+    env MOELENS_METAL_ELIDE=0 "$tools/moelens-gpu-bench" speed "$model" --backend metal --prompt 256 --decode 64 --peak-gbps "$peak"
+  decode_figures "decode, every call sent"
   step "prefill benchmark on $model (fp16 tiled kernels against fp32, every prompt length)" "$tools/moelens-gpu-bench" prefill "$model" \
     --backend metal --prompts 1,2,4,8,16,32,64,128,512,4096 --repeat 2 --peak-tflops "$peak_tflops"
   step "agreement with the CPU backend on $model" "$tools/moelens-gpu-bench" agree "$model" --backend metal --positions 32 --decode 16
+  # Indirect command buffers pay only where encoding a step approaches the GPU's time for it.
+  if [ "$(uname -s)" != "Darwin" ]; then
+    figures+=("indirect command buffers: no verdict off a Mac (the mock's commit runs the kernels on the CPU)")
+  elif [ -z "$host_share" ]; then
+    figures+=("indirect command buffers: no verdict (the decode benchmark reported no host time)")
+  elif awk -v p="$host_share" 'BEGIN { exit !(p < 50) }'; then
+    figures+=("indirect command buffers: not worth building: the host encodes and commits a step in $host_share % of its time, overlapped with the GPU's work")
+  else
+    figures+=("indirect command buffers: worth building: the host's encoding takes $host_share % of a step's time")
+  fi
 else
   say ""
   say "== benchmark skipped: pass a checkpoint directory to run it"
@@ -124,6 +151,7 @@ for r in "${results[@]}"; do
   say "$r"
   [[ "$r" == FAIL* ]] && failed=1
 done
+for f in ${figures[@]+"${figures[@]}"}; do say "$f"; done
 say ""
 if [ "$failed" = 0 ] && [ "$(uname -s)" = "Darwin" ]; then
   say "All steps passed. docs/metal.md may now say: Metal backend run on this Mac (see the report above)."

@@ -9,7 +9,8 @@
 // timed prefill, then greedy decoding twice: with the logits read back each step, and with the token
 // kept on the device (the reported figure; both must choose the same tokens); prints tok/s, kernel
 // launches per token, the bytes each decoded token reads (weights, DeltaNet state, the KV cache at the
-// context) and the fraction of the given peak bandwidth that makes.
+// context) and the fraction of the given peak bandwidth that makes, and the runtime's report (on Metal:
+// Objective-C messages and host microseconds spent encoding and committing, per token).
 // agree: per checkpoint, teacher-forced top-1 over `positions` random tokens against the CPU backend
 // (>= 99.5 % of positions, and every position whose CPU top-2 gap exceeds 1 % of the logits' std), as
 // the device runs and with its routing pinned to the CPU's (the routing flips at router near-ties
@@ -164,6 +165,14 @@ int speed(const Options& o) {
     std::printf("kernel launches per decoded token: %.1f\n", double(launches) / decode);
     const std::string st = gpu->runtime().stats();
     if (!st.empty()) std::printf("runtime: %s\n", st.c_str());
+    // The host's cost of a step beside the step's time: with commits not waited for, encoding overlaps
+    // the GPU's work and limits decode only when it approaches the time per token.
+    const gpu::HostEncoding host = gpu->runtime().host_encoding();
+    if (host.calls)
+      std::printf("host per decoded token: %.1f calls to %s (%.1f elided), %.1f us encoding + %.1f us committing = %.1f %% "
+                  "of the %.3f ms per token\n",
+                  double(host.calls) / decode, gpu->runtime().name(), double(host.elided) / decode, 1e6 * host.encode_s / decode,
+                  1e6 * host.submit_s / decode, 100.0 * (host.encode_s + host.submit_s) / total, 1e3 * total / decode);
   }
   return 0;
 }

@@ -32,6 +32,17 @@ struct Dispatch {
   uint32_t threads[3] = {1, 1, 1};
 };
 
+// The host's side of recording and submitting work, counted like Runtime::stats(): what a report per
+// decoded token divides. Zero where a runtime does not count it.
+struct HostEncoding {
+  uint64_t dispatches = 0;
+  uint64_t submissions = 0;  // command buffers committed
+  uint64_t calls = 0;        // API calls made to record and submit them (Metal: Objective-C messages)
+  uint64_t elided = 0;       // calls not made because the encoder had that state already
+  double encode_s = 0;       // host time recording dispatches
+  double submit_s = 0;       // host time submitting them
+};
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -54,6 +65,7 @@ class Runtime {
   // A line about what the runtime did (e.g. CUDA graph instantiations and updates), for reports,
   // counted from construction or the last reset_stats().
   virtual std::string stats() const { return ""; }
+  virtual HostEncoding host_encoding() const { return {}; }
   virtual void reset_stats() {}
 };
 

@@ -3,14 +3,20 @@
 // infinities and NaNs keep their meaning); pipelines are cached per kernel. Everything dispatched
 // between two submissions goes into one command buffer with one serial compute encoder (each
 // dispatch sees the previous ones' writes): a decode step is one command buffer, committed without
-// waiting so that the host records the next step meanwhile; finish() waits for them all. Buffers are shared-storage: host reads and writes are
-// memcpy, done only while no command buffer is in flight.
+// waiting so that the host records the next step meanwhile; finish() waits for them all. Within the
+// encoder only the state that changes is sent (encoder_bindings.h; MOELENS_METAL_ELIDE=0 sends all of
+// it, for comparison). Buffers are shared-storage: host reads and writes are memcpy, done only while
+// no command buffer is in flight. MOELENS_METAL_STATS=1 prints stats() to stderr when the runtime closes.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "../../../core/error.h"
+#include "encoder_bindings.h"
 #include "kernels.h"
 #include "objc.h"
 #include "../runtime.h"
@@ -54,6 +60,8 @@ struct Selectors {
   SEL computeCommandEncoder = sel_registerName("computeCommandEncoder");
   SEL setComputePipelineState = sel_registerName("setComputePipelineState:");
   SEL setBuffer = sel_registerName("setBuffer:offset:atIndex:");
+  SEL setBufferOffset = sel_registerName("setBufferOffset:atIndex:");
+  SEL setBuffers = sel_registerName("setBuffers:offsets:withRange:");
   SEL setBytes = sel_registerName("setBytes:length:atIndex:");
   SEL dispatchThreadgroups = sel_registerName("dispatchThreadgroups:threadsPerThreadgroup:");
   SEL endEncoding = sel_registerName("endEncoding");
@@ -77,9 +85,23 @@ std::string describe(id error) {
 
 id ns_string(const char* s) { return msg(cls("NSString"), S().stringWithUTF8String, s); }
 
+// An on/off environment switch; unset or empty: `otherwise`.
+bool switch_from_environment(const char* name, bool otherwise) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return otherwise;
+  if (!std::strcmp(v, "1")) return true;
+  if (!std::strcmp(v, "0")) return false;
+  fail("metal: ", name, "=", v, " is not a switch (1 or 0)");
+}
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 class MetalRuntime final : public Runtime {
  public:
-  MetalRuntime() {
+  MetalRuntime()
+      : elide_(switch_from_environment("MOELENS_METAL_ELIDE", true)),
+        print_stats_(switch_from_environment("MOELENS_METAL_STATS", false)) {
     device_ = MTLCreateSystemDefaultDevice();
     if (!device_) fail("metal: no Metal device (MTLCreateSystemDefaultDevice returned nil)");
     queue_ = msg(device_, S().newCommandQueue);
@@ -102,6 +124,7 @@ class MetalRuntime final : public Runtime {
       if (l) msg<void>(l, S().release);
     msg<void>(queue_, S().release);
     msg<void>(device_, S().release);
+    if (print_stats_) std::fprintf(stderr, "moelens metal: %s\n", stats().c_str());
   }
   const char* name() const override { return "metal"; }
 
@@ -113,6 +136,7 @@ class MetalRuntime final : public Runtime {
     return d;
   }
   void destroy(DeviceBuffer* b) override {
+    bindings_.forget(b->buffer);
     msg<void>(b->buffer, S().release);
     delete b;
   }
@@ -129,29 +153,34 @@ class MetalRuntime final : public Runtime {
     if (threads > max_threads_[size_t(d.kernel)])
       fail("metal: kernel ", kernels::kInfo[d.kernel].name, " runs ", threads, " threads per threadgroup; its pipeline allows ",
            max_threads_[size_t(d.kernel)]);
+    const Clock::time_point t0 = Clock::now();
     if (!encoder_) {
       AutoreleasePool pool;
       command_buffer_ = msg(msg(queue_, S().commandBuffer), S().retain);
       encoder_ = msg(msg(command_buffer_, S().computeCommandEncoder), S().retain);
+      bindings_.reset();
+      host_.calls += 4;  // commandBuffer, retain, computeCommandEncoder, retain
     }
-    msg<void>(encoder_, S().setComputePipelineState, pipeline);
-    for (int i = 0; i < kMaxBindings; ++i)
-      if (d.buffers[i].buffer)
-        msg<void>(encoder_, S().setBuffer, d.buffers[i].buffer->buffer, NSUInteger(d.buffers[i].offset), NSUInteger(i));
-    if (d.params_size)
-      msg<void>(encoder_, S().setBytes, static_cast<const void*>(d.params), NSUInteger(d.params_size),
-                NSUInteger(d.params_index));
+    if (elide_) send_changes(d, pipeline);
+    else send_all(d, pipeline);
     msg<void>(encoder_, S().dispatchThreadgroups, MTLSize{d.grid[0], d.grid[1], d.grid[2]},
               MTLSize{d.threads[0], d.threads[1], d.threads[2]});
+    ++host_.calls;
+    ++host_.dispatches;
+    host_.encode_s += seconds_since(t0);
   }
 
   void submit() override {
     if (!encoder_) return;
+    const Clock::time_point t0 = Clock::now();
     msg<void>(encoder_, S().endEncoding);
     msg<void>(command_buffer_, S().commit);
     msg<void>(encoder_, S().release);
     in_flight_.push_back(command_buffer_);  // retained until finish() has waited for it
     encoder_ = command_buffer_ = nullptr;
+    host_.calls += 3;  // endEncoding, commit, release
+    ++host_.submissions;
+    host_.submit_s += seconds_since(t0);
   }
 
   void finish() override {
@@ -169,7 +198,102 @@ class MetalRuntime final : public Runtime {
     if (!why.empty()) fail("metal: command buffer failed: ", why);
   }
 
+  HostEncoding host_encoding() const override { return host_; }
+  void reset_stats() override {
+    host_ = {};
+    offset_calls_ = range_calls_ = range_bindings_ = 0;
+  }
+  std::string stats() const override {
+    const double n = double(host_.submissions ? host_.submissions : 1);
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  "%llu dispatches in %llu command buffers; %llu Objective-C messages to encode and commit them "
+                  "(%llu setBuffers:offsets:withRange: carrying %llu bindings, %llu setBufferOffset:atIndex:), %llu "
+                  "calls elided%s; host %.1f us encoding, %.1f us committing; per command buffer: %.1f dispatches, "
+                  "%.1f messages, %.1f us encoding, %.1f us committing",
+                  static_cast<unsigned long long>(host_.dispatches), static_cast<unsigned long long>(host_.submissions),
+                  static_cast<unsigned long long>(host_.calls), static_cast<unsigned long long>(range_calls_),
+                  static_cast<unsigned long long>(range_bindings_), static_cast<unsigned long long>(offset_calls_),
+                  static_cast<unsigned long long>(host_.elided), elide_ ? "" : " (MOELENS_METAL_ELIDE=0)",
+                  1e6 * host_.encode_s, 1e6 * host_.submit_s, double(host_.dispatches) / n, double(host_.calls) / n,
+                  1e6 * host_.encode_s / n, 1e6 * host_.submit_s / n);
+    return line;
+  }
+
  private:
+  // The dispatch's state as it is: the pipeline, each bound buffer with its own call, the parameters.
+  void send_all(const Dispatch& d, id pipeline) {
+    msg<void>(encoder_, S().setComputePipelineState, pipeline);
+    ++host_.calls;
+    for (int i = 0; i < kMaxBindings; ++i)
+      if (d.buffers[i].buffer) {
+        msg<void>(encoder_, S().setBuffer, d.buffers[i].buffer->buffer, NSUInteger(d.buffers[i].offset), NSUInteger(i));
+        ++host_.calls;
+      }
+    if (d.params_size) {
+      msg<void>(encoder_, S().setBytes, static_cast<const void*>(d.params), NSUInteger(d.params_size),
+                NSUInteger(d.params_index));
+      ++host_.calls;
+    }
+  }
+
+  // Only what differs from the encoder's state: a buffer that changes goes in setBuffer:offset:atIndex:
+  // or, with those at the indices right after it, in one setBuffers:offsets:withRange:; a buffer bound
+  // already at another offset takes setBufferOffset:atIndex:, which Metal makes cheaper.
+  void send_changes(const Dispatch& d, id pipeline) {
+    if (bindings_.pipeline(pipeline)) {
+      msg<void>(encoder_, S().setComputePipelineState, pipeline);
+      ++host_.calls;
+    } else {
+      ++host_.elided;
+    }
+    using Call = EncoderBindings::BufferCall;
+    Call calls[kMaxBindings];
+    for (int i = 0; i < kMaxBindings; ++i) {
+      const Binding& b = d.buffers[i];
+      calls[i] = b.buffer ? bindings_.buffer(i, b.buffer->buffer, b.offset) : Call::None;
+      if (b.buffer && calls[i] == Call::None) ++host_.elided;
+    }
+    for (int i = 0; i < kMaxBindings;) {
+      if (calls[i] == Call::Offset) {
+        msg<void>(encoder_, S().setBufferOffset, NSUInteger(d.buffers[i].offset), NSUInteger(i));
+        ++offset_calls_;
+        ++host_.calls;
+      }
+      if (calls[i] != Call::Full) {
+        ++i;
+        continue;
+      }
+      int n = 1;
+      while (i + n < kMaxBindings && calls[i + n] == Call::Full) ++n;
+      if (n == 1) {
+        msg<void>(encoder_, S().setBuffer, d.buffers[i].buffer->buffer, NSUInteger(d.buffers[i].offset), NSUInteger(i));
+      } else {
+        id buffers[kMaxBindings];
+        NSUInteger offsets[kMaxBindings];
+        for (int j = 0; j < n; ++j) {
+          buffers[j] = d.buffers[i + j].buffer->buffer;
+          offsets[j] = NSUInteger(d.buffers[i + j].offset);
+        }
+        msg<void>(encoder_, S().setBuffers, static_cast<const id*>(buffers), static_cast<const NSUInteger*>(offsets),
+                  NSRange{NSUInteger(i), NSUInteger(n)});
+        ++range_calls_;
+        range_bindings_ += uint64_t(n);
+      }
+      ++host_.calls;
+      i += n;
+    }
+    if (d.params_size) {
+      if (bindings_.bytes(d.params_index, d.params, d.params_size)) {
+        msg<void>(encoder_, S().setBytes, static_cast<const void*>(d.params), NSUInteger(d.params_size),
+                  NSUInteger(d.params_index));
+        ++host_.calls;
+      } else {
+        ++host_.elided;
+      }
+    }
+  }
+
   id pipeline_for(int kernel) {
     if (pipelines_[size_t(kernel)]) return pipelines_[size_t(kernel)];
     AutoreleasePool pool;
@@ -195,6 +319,13 @@ class MetalRuntime final : public Runtime {
   }
 
   id device_ = nullptr, queue_ = nullptr, command_buffer_ = nullptr, encoder_ = nullptr;
+  const bool elide_;          // send only what differs from the encoder's state (MOELENS_METAL_ELIDE)
+  const bool print_stats_;    // MOELENS_METAL_STATS
+  EncoderBindings bindings_;  // what encoder_ has bound
+  // Since construction or reset_stats(); of host_.calls, the setBufferOffset:atIndex: ones and the
+  // setBuffers:offsets:withRange: ones with the bindings they carry.
+  HostEncoding host_;
+  uint64_t offset_calls_ = 0, range_calls_ = 0, range_bindings_ = 0;
   std::vector<id> in_flight_;  // committed command buffers not yet waited for
   std::vector<id> libraries_, pipelines_;
   std::vector<size_t> max_threads_;

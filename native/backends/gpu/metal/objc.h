@@ -27,6 +27,10 @@ struct MTLSize {
   NSUInteger width, height, depth;
 };
 
+struct NSRange {
+  NSUInteger location, length;
+};
+
 // [self sel:args...] with the exact argument and return types of the method.
 template <class R = id, class... A>
 R msg(id self, SEL sel, A... args) {

@@ -82,6 +82,17 @@ struct CommandBuffer : Object {
   std::string error;
 };
 
+// One entry of an encoder's argument table: a buffer at an offset, or bytes (setBytes), or nothing.
+// Binding either at an index replaces what was there.
+struct Argument {
+  Buffer* buffer = nullptr;
+  size_t offset = 0;
+  bool has_bytes = false;
+  std::vector<unsigned char> bytes;
+};
+
+// The encoder keeps its pipeline and argument table from one dispatch to the next, as Metal's does; a
+// dispatch gives the kernel what the table holds at the indices its function declares.
 struct Encoder : Object {
   explicit Encoder(CommandBuffer* c) : Object(instance_class("MTLComputeCommandEncoder")), cb(c) { ++cb->refs; }
   ~Encoder() override {
@@ -89,10 +100,7 @@ struct Encoder : Object {
   }
   CommandBuffer* cb;
   Pipeline* pipeline = nullptr;
-  Buffer* buffers[gpu::kMaxBindings] = {};
-  size_t offsets[gpu::kMaxBindings] = {};
-  std::vector<unsigned char> bytes;
-  int bytes_index = -1;
+  Argument arguments[gpu::kMaxBindings];
   bool ended = false;
 };
 
@@ -199,35 +207,61 @@ Encoder* open_encoder(id self) {
   return e;
 }
 void encoder_set_pipeline(id self, SEL, id pipeline) { open_encoder(self)->pipeline = as<Pipeline>(pipeline); }
+Argument& argument(Encoder* e, NSUInteger index, const char* method) {
+  if (index >= NSUInteger(gpu::kMaxBindings)) fatal(std::string(method) + " index " + std::to_string(index));
+  return e->arguments[index];
+}
 void encoder_set_buffer(id self, SEL, id buffer, NSUInteger offset, NSUInteger index) {
+  Argument& a = argument(open_encoder(self), index, "setBuffer:offset:atIndex:");
+  a = Argument{};
+  a.buffer = as<Buffer>(buffer);
+  a.offset = offset;
+}
+// Metal: a new offset for the buffer already bound at the index.
+void encoder_set_buffer_offset(id self, SEL, NSUInteger offset, NSUInteger index) {
+  Argument& a = argument(open_encoder(self), index, "setBufferOffset:atIndex:");
+  if (!a.buffer) fatal("setBufferOffset:atIndex: index " + std::to_string(index) + " has no buffer bound");
+  a.offset = offset;
+}
+void encoder_set_buffers(id self, SEL, const id* buffers, const NSUInteger* offsets, objc::NSRange range) {
   Encoder* e = open_encoder(self);
-  if (index >= NSUInteger(gpu::kMaxBindings)) fatal("setBuffer:offset:atIndex: index " + std::to_string(index));
-  e->buffers[index] = as<Buffer>(buffer);
-  e->offsets[index] = offset;
+  if (range.length == 0 || range.location + range.length > NSUInteger(gpu::kMaxBindings))
+    fatal("setBuffers:offsets:withRange: range " + std::to_string(range.location) + "+" + std::to_string(range.length));
+  for (NSUInteger j = 0; j < range.length; ++j) {
+    Argument& a = e->arguments[range.location + j];
+    a = Argument{};
+    a.buffer = as<Buffer>(buffers[j]);
+    a.offset = offsets[j];
+  }
 }
 void encoder_set_bytes(id self, SEL, const void* bytes, NSUInteger length, NSUInteger index) {
-  Encoder* e = open_encoder(self);
+  Argument& a = argument(open_encoder(self), index, "setBytes:length:atIndex:");
   if (length > 4096) fatal("setBytes: over 4 KiB (Metal's limit)");
-  e->bytes.assign(static_cast<const unsigned char*>(bytes), static_cast<const unsigned char*>(bytes) + length);
-  e->bytes_index = int(index);
+  a = Argument{};
+  a.has_bytes = true;
+  a.bytes.assign(static_cast<const unsigned char*>(bytes), static_cast<const unsigned char*>(bytes) + length);
 }
 void encoder_dispatch(id self, SEL, MTLSize groups, MTLSize threads) {
   Encoder* e = open_encoder(self);
   if (!e->pipeline) fatal("dispatchThreadgroups without a pipeline state");
+  const k::Info& info = k::kInfo[e->pipeline->kernel];
   Recorded r{e->pipeline->kernel, {}, {}};
   r.d.kernel = r.kernel;
   for (int i = 0; i < gpu::kMaxBindings; ++i) {
-    r.buffers[i] = e->buffers[i];
-    if (r.buffers[i]) {
-      ++r.buffers[i]->refs;  // a command buffer retains the buffers it uses
-      if (e->offsets[i] > r.buffers[i]->bytes) fatal("setBuffer offset past the end of the buffer");
-      r.d.buffers[i].offset = e->offsets[i];
-    }
+    const Argument& a = e->arguments[i];
+    if (!(info.buffer_mask >> i & 1u) || !a.buffer) continue;  // an unbound buffer fails the launch's check
+    r.buffers[i] = a.buffer;
+    ++a.buffer->refs;  // a command buffer retains the buffers it uses
+    if (a.offset > a.buffer->bytes) fatal("setBuffer offset past the end of the buffer");
+    r.d.buffers[i].offset = a.offset;
   }
-  if (e->bytes.size() > sizeof r.d.params) fatal("parameter struct larger than the emulator's launch slot");
-  std::memcpy(r.d.params, e->bytes.data(), e->bytes.size());
-  r.d.params_size = e->bytes.size();
-  r.d.params_index = e->bytes_index;
+  if (info.params_index >= 0 && e->arguments[info.params_index].has_bytes) {
+    const std::vector<unsigned char>& bytes = e->arguments[info.params_index].bytes;
+    if (bytes.size() > sizeof r.d.params) fatal("parameter struct larger than the emulator's launch slot");
+    std::memcpy(r.d.params, bytes.data(), bytes.size());
+    r.d.params_size = bytes.size();
+    r.d.params_index = info.params_index;
+  }
   const NSUInteger g[3] = {groups.width, groups.height, groups.depth}, t[3] = {threads.width, threads.height, threads.depth};
   for (int i = 0; i < 3; ++i) {
     r.d.grid[i] = uint32_t(g[i]);
@@ -264,6 +298,8 @@ void register_foundation_classes() {
   add_method("MTLCommandBuffer", "error", imp(&command_buffer_error));
   add_method("MTLComputeCommandEncoder", "setComputePipelineState:", imp(&encoder_set_pipeline));
   add_method("MTLComputeCommandEncoder", "setBuffer:offset:atIndex:", imp(&encoder_set_buffer));
+  add_method("MTLComputeCommandEncoder", "setBufferOffset:atIndex:", imp(&encoder_set_buffer_offset));
+  add_method("MTLComputeCommandEncoder", "setBuffers:offsets:withRange:", imp(&encoder_set_buffers));
   add_method("MTLComputeCommandEncoder", "setBytes:length:atIndex:", imp(&encoder_set_bytes));
   add_method("MTLComputeCommandEncoder", "dispatchThreadgroups:threadsPerThreadgroup:", imp(&encoder_dispatch));
   add_method("MTLComputeCommandEncoder", "endEncoding", imp(&encoder_end));
