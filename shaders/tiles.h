@@ -1,8 +1,8 @@
-// The tiled prefill kernels' building blocks: stored weights and fp32 activations converted into
-// threadgroup tiles of half (the operands of the matrix units), a simdgroup's 32x32 block of products
-// on simdgroup matrices with fp32 accumulation, and its epilogue through threadgroup memory.
-// Tiles are [GEMM_TILE_* rows][GEMM_K + GEMM_PAD] halfs; every loader is called by all GEMM_THREADS
-// threads of the threadgroup, each converting runs of 8 consecutive columns.
+// The tiled prefill kernels' building blocks: stored weights dequantised and half activations
+// (half_rows) copied into threadgroup tiles of half (the operands of the matrix units), a simdgroup's
+// 32x32 block of products on simdgroup matrices with fp32 accumulation, and its epilogue through
+// threadgroup memory. Tiles are [GEMM_TILE_* rows][GEMM_K + GEMM_PAD] halfs; every loader is called by
+// all threads of the threadgroup, each storing runs of 8 consecutive columns.
 #ifndef MOELENS_SHADER_TILES_H
 #define MOELENS_SHADER_TILES_H
 
@@ -87,19 +87,23 @@ inline WeightDesc pick_expert_weight(constant WeightDesc& routed, constant Weigh
 // whose assignment cannot target threadgroup memory in the strict address-space mode).
 inline uint half2_bits(float a, float b) { return uint(as_type<ushort>(half(a))) | (uint(as_type<ushort>(half(b))) << 16u); }
 
-// A run of 8 halfs into a tile, 16-byte aligned: one 16-byte store with CUDA (nvcc does not merge the
-// word stores); word by word elsewhere (the strict address-space build has no vector stores).
+// A run of 8 halfs (4 words) into a tile, 16-byte aligned: one 16-byte store with CUDA (nvcc does
+// not merge the word stores); word by word elsewhere (the strict address-space build has no vector
+// stores).
+inline void store_words(threadgroup half* dst, uint4 words) {
+#if defined(MSL_TARGET_CUDA)
+  *(threadgroup uint4*)dst = words;
+#else
+  threadgroup uint* w = (threadgroup uint*)dst;
+  w[0] = words.x;
+  w[1] = words.y;
+  w[2] = words.z;
+  w[3] = words.w;
+#endif
+}
 inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float v3, float v4, float v5, float v6,
                       float v7) {
-#if defined(MSL_TARGET_CUDA)
-  *(threadgroup uint4*)dst = uint4(half2_bits(v0, v1), half2_bits(v2, v3), half2_bits(v4, v5), half2_bits(v6, v7));
-#else
-  threadgroup uint* words = (threadgroup uint*)dst;
-  words[0] = half2_bits(v0, v1);
-  words[1] = half2_bits(v2, v3);
-  words[2] = half2_bits(v4, v5);
-  words[3] = half2_bits(v6, v7);
-#endif
+  store_words(dst, uint4(half2_bits(v0, v1), half2_bits(v2, v3), half2_bits(v4, v5), half2_bits(v6, v7)));
 }
 
 // The tiles are double-buffered through registers: a K-step's global reads (fetch_*) are issued
@@ -110,56 +114,29 @@ inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float
 inline uint run_row(uint tid, uint threads, uint i) { return (tid + threads * i) / (GEMM_K / 8u); }
 inline uint run_column(uint tid, uint threads, uint i) { return 8u * ((tid + threads * i) % (GEMM_K / 8u)); }
 
-// A thread's runs of activations: 8 floats each.
+// A thread's runs of activations: 8 halfs each.
 struct ActivationRuns {
-  float4 lo[TILE_RUNS_PER_THREAD];
-  float4 hi[TILE_RUNS_PER_THREAD];
+  uint4 run[TILE_RUNS_PER_THREAD];
 };
 
-// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x [*, cols] (the chunk's
-// tokens, or a bucket's rows gathered), clamped to the row. `vec`: x's rows are 16-byte aligned and
-// cols a multiple of 8, so that a run is two 16-byte loads, wholly inside the row or past its end.
-inline ActivationRuns fetch_activations(device const float* x, uint cols, bool vec, threadgroup const uint* row_of,
-                                        uint k0, uint tid, uint threads) {
+// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x, half rows of `ld` halfs
+// (half_rows: a multiple of GEMM_K, zero past the values), 8 halfs per uint4. The next step's fetch
+// after the last step reads the last step again (k0 clamped) instead of past the row.
+inline ActivationRuns fetch_activations(device const uint4* x, uint ld, threadgroup const uint* row_of, uint k0,
+                                        uint tid, uint threads) {
+  const uint kc = min(k0, ld - GEMM_K);
   ActivationRuns a;
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, threads, i);
-    device const float* row = x + ulong(row_of[run_row(tid, threads, i)]) * cols;
-    if (vec) {
-      device const float4* v = (device const float4*)(row + min(c, cols - 8u));
-      const float4 lo = v[0];
-      const float4 hi = v[1];
-      a.lo[i] = lo;
-      a.hi[i] = hi;
-    } else {
-      const uint last = cols - 1u;
-      a.lo[i] = float4(row[min(c, last)], row[min(c + 1u, last)], row[min(c + 2u, last)], row[min(c + 3u, last)]);
-      a.hi[i] = float4(row[min(c + 4u, last)], row[min(c + 5u, last)], row[min(c + 6u, last)], row[min(c + 7u, last)]);
-    }
+    const uint4 run = x[(ulong(row_of[run_row(tid, threads, i)]) * ld + kc + run_column(tid, threads, i)) / 8u];
+    a.run[i] = run;
   }
   return a;
 }
 
-// The fetched runs into `tile` as half; columns past `cols` are zero.
-inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0, threadgroup half* tile, uint tid,
-                              uint threads) {
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, threads, i);
-    const float4 lo = a.lo[i];
-    const float4 hi = a.hi[i];
-    threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
-    if (cols % GEMM_K == 0u) {  // no run past the row
-      store_run(dst, lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
-    } else if (cols % 8u == 0u) {  // a run lies wholly inside the row or wholly past it
-      const bool in = c < cols;
-      store_run(dst, in ? lo.x : 0.0f, in ? lo.y : 0.0f, in ? lo.z : 0.0f, in ? lo.w : 0.0f, in ? hi.x : 0.0f,
-                in ? hi.y : 0.0f, in ? hi.z : 0.0f, in ? hi.w : 0.0f);
-    } else {
-      store_run(dst, c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f, c + 2u < cols ? lo.z : 0.0f,
-                c + 3u < cols ? lo.w : 0.0f, c + 4u < cols ? hi.x : 0.0f, c + 5u < cols ? hi.y : 0.0f,
-                c + 6u < cols ? hi.z : 0.0f, c + 7u < cols ? hi.w : 0.0f);
-    }
-  }
+// The fetched runs into `tile`, as they are.
+inline void store_activations(thread const ActivationRuns& a, threadgroup half* tile, uint tid, uint threads) {
+  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i)
+    store_words(tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i), a.run[i]);
 }
 
 // A thread's runs of weights, 4 words each. Q4: the word of the 8 values, unused, the scale's word,
