@@ -84,14 +84,14 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
     store_activations(xr, xt, tid, GEMM_THREADS);
-    store_weights(wr, w, k0, wt, tid, GEMM_THREADS);
+    store_weights(wr, w, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
@@ -140,14 +140,14 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_WIDE_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid, GEMM_WIDE_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
     store_activations(xr, xt, tid, GEMM_WIDE_THREADS);
-    store_weights(wr, w, k0, wt, tid, GEMM_WIDE_THREADS);
+    store_weights(wr, w, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, 64u * m, 32u * c, 8u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }

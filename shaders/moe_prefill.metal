@@ -164,17 +164,17 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   }
   const uint ld = HALF_ROW_LD(p.hidden);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid, GEMM_THREADS);
-  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid, GEMM_THREADS);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
     store_activations(xr, xt, tid, GEMM_THREADS);
-    store_weights(gr, gd, k0, gt, tid, GEMM_THREADS);
-    store_weights(ur, ud, k0, ut, tid, GEMM_THREADS);
+    store_weights(gr, gd, k0, gt, tid);
+    store_weights(ur, ud, k0, ut, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid);
     tile_products(xt, gt, 32u * m, 32u * c, 4u, acc_g);
     tile_products(xt, ut, 32u * m, 32u * c, 4u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -240,14 +240,14 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
   ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
     store_activations(xr, xt, tid, GEMM_THREADS);
-    store_weights(wr, dd, k0, wt, tid, GEMM_THREADS);
+    store_weights(wr, dd, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }

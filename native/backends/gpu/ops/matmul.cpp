@@ -14,6 +14,8 @@ static_assert(GEMM_WIDE_THREADS == 256 && GEMM_WIDE_TILE == 128,
 static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0 &&
                   GEMM_WIDE_TILE * GEMM_K / 8 / GEMM_WIDE_THREADS == GEMM_TILE_ROWS * GEMM_K / 8 / GEMM_THREADS,
               "gemm, gemm_wide: the tile loaders give each thread the same number of whole runs of 8 columns");
+static_assert(GEMM_TILE_ROWS * GEMM_K / 16 == GEMM_THREADS && GEMM_WIDE_TILE * GEMM_K / 16 == GEMM_WIDE_THREADS,
+              "fetch_weights: each thread takes 16 columns of one weight row per K-step");
 static_assert(GEMM_K % 16 == 0 && (GEMM_K + GEMM_PAD) % 8 == 0,
               "tile_products: 16 columns of k per product, tile rows 16-byte aligned (simdgroup_load4)");
 static_assert(8 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <= GEMM_WIDE_TILE * (GEMM_K + GEMM_PAD) * 2,
