@@ -133,8 +133,8 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
   // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
-  std::unique_ptr<GpuBuffer> moe_bucket_counts_;
-  std::unique_ptr<GpuBuffer> half_x_;  // half_rows' output, read by the tiled kernels of one call  // the counting sort's [expert, block] counts, then first positions
+  std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
+  std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {
