@@ -4,6 +4,23 @@
 using namespace metal;
 #include "tiles.h"
 
+// xh [n, HALF_ROW_LD(cols)] = x [n, cols] rounded to half, zero past cols: the activations of the
+// tiled kernels, rounded once for all their tiles (a tile would round each value the same way). Thread
+// i writes run i of 8 halfs (4 words); x may lie at any 4-byte offset (scalar loads, clamped to the row).
+[[max_total_threads_per_threadgroup(HALF_ROWS_THREADS)]] kernel void half_rows(device const float* x [[buffer(0)]], device uint* xh [[buffer(1)]],
+                      constant HalfRowsParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  const uint runs = HALF_ROW_LD(p.cols) / 8u, count = p.n * runs;
+  const uint ic = min(i, count - 1u), c = 8u * (ic % runs);
+  device const float* row = x + ulong(ic / runs) * p.cols;
+  float v[8];
+  for (uint e = 0; e < 8u; ++e) v[e] = row[min(c + e, p.cols - 1u)];
+  for (uint e = 0; e < 8u; ++e) v[e] = c + e < p.cols ? v[e] : 0.0f;
+  if (i < count) {
+    device uint* run = xh + 4u * ulong(i);
+    for (uint e = 0; e < 4u; ++e) run[e] = half2_bits(v[2u * e], v[2u * e + 1u]);
+  }
+}
+
 // The job of row tile `tile` of a launch (the row tiles of all jobs numbered consecutively, job j's
 // from p.first_tile[j]; tiles of `tile_rows` rows): its matrix and buffers, and its first row.
 struct GemmJob {
@@ -34,10 +51,10 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
 }
 
 // out_j[t, r] = W_j[r] · x[t] for up to GEMV_MAX_JOBS matrices that read the same x [n, cols] (fused
-// projections: one launch). Threadgroup (tile, token tile) computes GEMM_TILE_TOKENS tokens x
-// GEMM_TILE_ROWS rows of one job; its 4 simdgroups take a 32x32 quarter each (2x2). Each K-step
-// converts the x and W tiles to half in threadgroup memory, issues the next step's reads, then
-// multiplies; the epilogue stages each quarter in threadgroup memory, 8 rows at a time, and writes
+// projections: one launch), x as half rows (half_rows). Threadgroup (tile, token tile) computes
+// GEMM_TILE_TOKENS tokens x GEMM_TILE_ROWS rows of one job; its 4 simdgroups take a 32x32 quarter
+// each (2x2). Each K-step copies the x tile and converts the W tile to half in threadgroup memory,
+// issues the next step's reads, then multiplies; the epilogue stages each quarter in threadgroup memory, 8 rows at a time, and writes
 // whole 128-byte row segments.
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void gemm(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                  device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
@@ -47,7 +64,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
                  device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
                  device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
                  device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
-                 device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                 device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
                  uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
@@ -65,16 +82,16 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   const uint m = sg / 2u, c = sg % 2u;  // this simdgroup's quarter: tokens 32m.., rows 32c..
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  const bool x_vec = p.x_vec != 0u;
-  ActivationRuns xr = fetch_activations(x, p.cols, x_vec, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid, GEMM_THREADS);
+  const uint ld = HALF_ROW_LD(p.cols);
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    store_activations(xr, p.cols, k0, xt, tid, GEMM_THREADS);
-    store_weights(wr, w, k0, wt, tid, GEMM_THREADS);
+    store_activations(xr, xt, tid, GEMM_THREADS);
+    store_weights(wr, w, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, p.cols, x_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
@@ -104,7 +121,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
                       device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
                       device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
                       device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
-                      device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                      device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
                       uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                       uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(GEMM_WIDE_TILE)];
@@ -121,16 +138,16 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   const uint m = sg / 4u, c = sg % 4u;  // this simdgroup's block: tokens 64m.., rows 32c..
   simdgroup_float8x8 acc[32];
   for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  const bool x_vec = p.x_vec != 0u;
-  ActivationRuns xr = fetch_activations(x, p.cols, x_vec, row_of, 0u, tid, GEMM_WIDE_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid, GEMM_WIDE_THREADS);
+  const uint ld = HALF_ROW_LD(p.cols);
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_WIDE_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    store_activations(xr, p.cols, k0, xt, tid, GEMM_WIDE_THREADS);
-    store_weights(wr, w, k0, wt, tid, GEMM_WIDE_THREADS);
+    store_activations(xr, xt, tid, GEMM_WIDE_THREADS);
+    store_weights(wr, w, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, p.cols, x_vec, row_of, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
+    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, 64u * m, 32u * c, 8u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }

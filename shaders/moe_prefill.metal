@@ -116,15 +116,17 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
 // h[position, i] = silu(gate_e[i] · x[token]) * (up_e[i] · x[token]) for the entries of expert e's
 // bucket in bucket order (the shared expert: sh[t, i] for every token t). Threadgroup (row tile of i,
 // row tile of the bucket, e); gate and up tiles share the activation tile, SwiGLU in the epilogue.
+// x is half rows (half_rows); h and sh are written as half rows too (HALF_ROW_LD of the gate's rows,
+// zero past them), the form moe_down_tiled reads: rounded once here, as its tiles would.
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
                               device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
                               device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
                               device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
                               device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
                               device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
-                              device const float* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
-                              device const uint* entries [[buffer(14)]], device float* h [[buffer(15)]],
-                              device float* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
+                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
+                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
+                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
                               uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
@@ -160,19 +162,19 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
     acc_g[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
-  const bool x_vec = p.x_vec != 0u;
-  ActivationRuns xr = fetch_activations(x, p.hidden, x_vec, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid, GEMM_THREADS);
-  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid, GEMM_THREADS);
+  const uint ld = HALF_ROW_LD(p.hidden);
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
-    store_activations(xr, p.hidden, k0, xt, tid, GEMM_THREADS);
-    store_weights(gr, gd, k0, gt, tid, GEMM_THREADS);
-    store_weights(ur, ud, k0, ut, tid, GEMM_THREADS);
+    store_activations(xr, xt, tid, GEMM_THREADS);
+    store_weights(gr, gd, k0, gt, tid);
+    store_weights(ur, ud, k0, ut, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, p.hidden, x_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid);
     tile_products(xt, gt, 32u * m, 32u * c, 4u, acc_g);
     tile_products(xt, ut, 32u * m, 32u * c, 4u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -180,27 +182,27 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
 
   threadgroup float* gslab = staging + sg * 2u * 8u * STAGING_LD;
   threadgroup float* uslab = gslab + 8u * STAGING_LD;
-  const uint i = i0 + 32u * c + lane;
-  device float* dst = b.shared ? sh : h + ulong(b.begin) * gd.rows;
+  const uint i = i0 + 32u * c + lane, h_ld = HALF_ROW_LD(gd.rows);
+  device ushort* dst = b.shared ? sh : h + ulong(b.begin) * h_ld;
   for (uint s = 0; s < 4u; ++s) {
     stage_slab(acc_g, s, gslab);
     stage_slab(acc_u, s, uslab);
     for (uint r = 0; r < 8u; ++r) {
       const uint t = t0 + 32u * m + 8u * s + r;
       const float v = silu(gslab[r * STAGING_LD + lane]) * uslab[r * STAGING_LD + lane];
-      if (t < b.count && i < gd.rows) dst[ulong(t) * gd.rows + i] = v;
+      if (t < b.count && i < h_ld) dst[ulong(t) * h_ld + i] = as_type<ushort>(half(i < gd.rows ? v : 0.0f));
     }
     slab_done();
   }
 }
 
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
-// shared expert: ys[t, c] = shared_scale · sigmoid(gate_logit[t]) · sdown[c] · sh[t]). Threadgroup
-// (row tile of c, row tile of the bucket, e).
+// shared expert: ys[t, c] = shared_scale · sigmoid(gate_logit[t]) · sdown[c] · sh[t]), h and sh the
+// half rows of moe_gate_up_tiled. Threadgroup (row tile of c, row tile of the bucket, e).
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                            device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
                            device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
-                           device const float* h [[buffer(6)]], device const float* sh [[buffer(7)]],
+                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
                            device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
                            device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
                            device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
@@ -221,7 +223,7 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   device const uchar* data = b.shared ? sdw : dw + expert_bytes(p.down, ec);
   device const uchar* scales = b.shared ? sds : ds + expert_scale_bytes(p.down, ec);
   device const uchar* biases = b.shared ? sdb : db + expert_scale_bytes(p.down, ec);
-  device const float* src = b.shared ? sh : h;
+  device const uint4* src = b.shared ? sh : h;
   threadgroup half* xt = (threadgroup half*)x_words;
   threadgroup half* wt = (threadgroup half*)w_words;
   if (tid < GEMM_TILE_TOKENS) {
@@ -236,16 +238,16 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   const uint m = sg / 2u, c = sg % 2u;
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  const bool h_vec = dd.cols % 8u == 0u;  // h and sh are whole buffers
-  ActivationRuns xr = fetch_activations(src, dd.cols, h_vec, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid, GEMM_THREADS);
+  const uint ld = HALF_ROW_LD(dd.cols);
+  ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
-    store_activations(xr, dd.cols, k0, xt, tid, GEMM_THREADS);
-    store_weights(wr, dd, k0, wt, tid, GEMM_THREADS);
+    store_activations(xr, xt, tid, GEMM_THREADS);
+    store_weights(wr, dd, k0, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(src, dd.cols, h_vec, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid, GEMM_THREADS);
+    xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid);
     tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }

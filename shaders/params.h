@@ -172,9 +172,18 @@ struct GemmParams {
   uint first_tile[GEMV_MAX_JOBS];
   uint jobs;
   uint n;     // tokens
-  uint cols;  // of every matrix, and the row stride of x
+  uint cols;  // of every matrix; x: fp32 rows of cols (gemm_exact), half rows (gemm, gemm_wide: half_rows)
   uint total_tiles;
-  uint x_vec;  // x is 16-byte aligned and cols a multiple of 8 (tiles loaded with vector loads)
+};
+
+// The tiled kernels' activations: fp32 rows [n, cols] rounded to half once (half_rows), each row
+// zero-padded to a multiple of GEMM_K halfs, so that a tile loader's run of 8 columns is one 16-byte
+// copy with no bounds test. One thread per run of 8 halfs.
+#define HALF_ROWS_THREADS 256
+#define HALF_ROW_LD(cols) (((cols) + GEMM_K - 1u) / GEMM_K * GEMM_K)  // halfs per padded row
+struct HalfRowsParams {
+  uint n;     // rows
+  uint cols;  // fp32 values per row of x
 };
 
 // out[t] = the embedding row ids[t], dequantized.
@@ -229,7 +238,6 @@ struct MoeTiledParams {
   uint hidden;
   uint shared;
   float shared_scale;
-  uint x_vec;  // x is 16-byte aligned and hidden a multiple of 8 (tiles loaded with vector loads)
 };
 
 struct RouteParams {

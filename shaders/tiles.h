@@ -1,8 +1,8 @@
-// The tiled prefill kernels' building blocks: stored weights and fp32 activations converted into
-// threadgroup tiles of half (the operands of the matrix units), a simdgroup's 32x32 block of products
-// on simdgroup matrices with fp32 accumulation, and its epilogue through threadgroup memory.
-// Tiles are [GEMM_TILE_* rows][GEMM_K + GEMM_PAD] halfs; every loader is called by all GEMM_THREADS
-// threads of the threadgroup, each converting runs of 8 consecutive columns.
+// The tiled prefill kernels' building blocks: stored weights dequantised and half activations
+// (half_rows) copied into threadgroup tiles of half (the operands of the matrix units), a simdgroup's
+// 32x32 block of products on simdgroup matrices with fp32 accumulation, and its epilogue through
+// threadgroup memory. Tiles are [GEMM_TILE_* rows][GEMM_K + GEMM_PAD] halfs; every loader is called by
+// all threads of the threadgroup, each storing runs of 8 consecutive columns.
 #ifndef MOELENS_SHADER_TILES_H
 #define MOELENS_SHADER_TILES_H
 
@@ -49,8 +49,9 @@ inline void simdgroup_load4(thread simdgroup_half8x8& m0, thread simdgroup_half8
 // A tile's size in uint4 (tiles are declared as uint4 arrays: 16-byte aligned for the loaders' 16-byte
 // stores, TILE_LD halfs = a whole number of uint4 per row).
 #define TILE_WORDS(rows) ((rows) * TILE_LD / 8u)
-// Runs of 8 columns per thread and tile: the same for the 64-row tiles of GEMM_THREADS and the
-// 128-row tiles of GEMM_WIDE_THREADS (ops/matmul.cpp checks).
+// Runs of 8 activation columns per thread and tile: the same for the 64-row tiles of GEMM_THREADS and
+// the 128-row tiles of GEMM_WIDE_THREADS (ops/matmul.cpp checks); the weights go 16 columns to a
+// thread (fetch_weights).
 #define TILE_RUNS_PER_THREAD (GEMM_TILE_ROWS * GEMM_K / 8u / uint(GEMM_THREADS))
 
 // A WeightDesc picked out of a parameter struct's array by constant indices (CUDA copies a by-value
@@ -87,116 +88,107 @@ inline WeightDesc pick_expert_weight(constant WeightDesc& routed, constant Weigh
 // whose assignment cannot target threadgroup memory in the strict address-space mode).
 inline uint half2_bits(float a, float b) { return uint(as_type<ushort>(half(a))) | (uint(as_type<ushort>(half(b))) << 16u); }
 
-// A run of 8 halfs into a tile, 16-byte aligned: one 16-byte store with CUDA (nvcc does not merge the
-// word stores); word by word elsewhere (the strict address-space build has no vector stores).
+// A run of 8 halfs (4 words) into a tile, 16-byte aligned: one 16-byte store with CUDA (nvcc does
+// not merge the word stores); word by word elsewhere (the strict address-space build has no vector
+// stores).
+inline void store_words(threadgroup half* dst, uint4 words) {
+#if defined(MSL_TARGET_CUDA)
+  *(threadgroup uint4*)dst = words;
+#else
+  threadgroup uint* w = (threadgroup uint*)dst;
+  w[0] = words.x;
+  w[1] = words.y;
+  w[2] = words.z;
+  w[3] = words.w;
+#endif
+}
 inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float v3, float v4, float v5, float v6,
                       float v7) {
-#if defined(MSL_TARGET_CUDA)
-  *(threadgroup uint4*)dst = uint4(half2_bits(v0, v1), half2_bits(v2, v3), half2_bits(v4, v5), half2_bits(v6, v7));
-#else
-  threadgroup uint* words = (threadgroup uint*)dst;
-  words[0] = half2_bits(v0, v1);
-  words[1] = half2_bits(v2, v3);
-  words[2] = half2_bits(v4, v5);
-  words[3] = half2_bits(v6, v7);
-#endif
+  store_words(dst, uint4(half2_bits(v0, v1), half2_bits(v2, v3), half2_bits(v4, v5), half2_bits(v6, v7)));
 }
 
 // The tiles are double-buffered through registers: a K-step's global reads (fetch_*) are issued
 // before the step before it is multiplied and kept raw (no use of a loaded value before the products,
 // so that they are in flight meanwhile); store_* then converts them into the tiles. Of the `threads`
-// of the threadgroup, thread `tid` holds runs tid, tid + threads, ...: run q is row q / (GEMM_K / 8),
-// columns 8 (q % (GEMM_K / 8)).
+// of the threadgroup, thread `tid` holds activation runs tid, tid + threads, ...: run q is row
+// q / (GEMM_K / 8), columns 8 (q % (GEMM_K / 8)).
 inline uint run_row(uint tid, uint threads, uint i) { return (tid + threads * i) / (GEMM_K / 8u); }
 inline uint run_column(uint tid, uint threads, uint i) { return 8u * ((tid + threads * i) % (GEMM_K / 8u)); }
 
-// A thread's runs of activations: 8 floats each.
+// A thread's runs of activations: 8 halfs each.
 struct ActivationRuns {
-  float4 lo[TILE_RUNS_PER_THREAD];
-  float4 hi[TILE_RUNS_PER_THREAD];
+  uint4 run[TILE_RUNS_PER_THREAD];
 };
 
-// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x [*, cols] (the chunk's
-// tokens, or a bucket's rows gathered), clamped to the row. `vec`: x's rows are 16-byte aligned and
-// cols a multiple of 8, so that a run is two 16-byte loads, wholly inside the row or past its end.
-inline ActivationRuns fetch_activations(device const float* x, uint cols, bool vec, threadgroup const uint* row_of,
-                                        uint k0, uint tid, uint threads) {
+// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x, half rows of `ld` halfs
+// (half_rows: a multiple of GEMM_K, zero past the values), 8 halfs per uint4. The next step's fetch
+// after the last step reads the last step again (k0 clamped) instead of past the row.
+inline ActivationRuns fetch_activations(device const uint4* x, uint ld, threadgroup const uint* row_of, uint k0,
+                                        uint tid, uint threads) {
+  const uint kc = min(k0, ld - GEMM_K);
   ActivationRuns a;
   for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, threads, i);
-    device const float* row = x + ulong(row_of[run_row(tid, threads, i)]) * cols;
-    if (vec) {
-      device const float4* v = (device const float4*)(row + min(c, cols - 8u));
-      const float4 lo = v[0];
-      const float4 hi = v[1];
-      a.lo[i] = lo;
-      a.hi[i] = hi;
-    } else {
-      const uint last = cols - 1u;
-      a.lo[i] = float4(row[min(c, last)], row[min(c + 1u, last)], row[min(c + 2u, last)], row[min(c + 3u, last)]);
-      a.hi[i] = float4(row[min(c + 4u, last)], row[min(c + 5u, last)], row[min(c + 6u, last)], row[min(c + 7u, last)]);
-    }
+    const uint4 run = x[(ulong(row_of[run_row(tid, threads, i)]) * ld + kc + run_column(tid, threads, i)) / 8u];
+    a.run[i] = run;
   }
   return a;
 }
 
-// The fetched runs into `tile` as half; columns past `cols` are zero.
-inline void store_activations(thread const ActivationRuns& a, uint cols, uint k0, threadgroup half* tile, uint tid,
-                              uint threads) {
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, threads, i);
-    const float4 lo = a.lo[i];
-    const float4 hi = a.hi[i];
-    threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
-    if (cols % GEMM_K == 0u) {  // no run past the row
-      store_run(dst, lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
-    } else if (cols % 8u == 0u) {  // a run lies wholly inside the row or wholly past it
-      const bool in = c < cols;
-      store_run(dst, in ? lo.x : 0.0f, in ? lo.y : 0.0f, in ? lo.z : 0.0f, in ? lo.w : 0.0f, in ? hi.x : 0.0f,
-                in ? hi.y : 0.0f, in ? hi.z : 0.0f, in ? hi.w : 0.0f);
-    } else {
-      store_run(dst, c < cols ? lo.x : 0.0f, c + 1u < cols ? lo.y : 0.0f, c + 2u < cols ? lo.z : 0.0f,
-                c + 3u < cols ? lo.w : 0.0f, c + 4u < cols ? hi.x : 0.0f, c + 5u < cols ? hi.y : 0.0f,
-                c + 6u < cols ? hi.z : 0.0f, c + 7u < cols ? hi.w : 0.0f);
-    }
-  }
+// The fetched runs into `tile`, as they are.
+inline void store_activations(thread const ActivationRuns& a, threadgroup half* tile, uint tid, uint threads) {
+  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i)
+    store_words(tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i), a.run[i]);
 }
 
-// A thread's runs of weights, 4 words each. Q4: the word of the 8 values, unused, the scale's word,
-// the bias's word; Q8: the two words, the scale's, the bias's; bf16 and f16: the 8 values' bits, two
-// to a word; f32: the 8 values rounded to half, two to a word.
+// A thread's weights of one K-step: 16 consecutive columns of one tile row (two runs of 8), row
+// weight_row(tid), columns weight_column(tid) .. +15. Quantized, the 16 columns lie in one group (rows
+// are 16-byte chunks, each in one group: GpuBackend::upload), so one scale and one bias serve them.
+// Q4: lo = the 2 words of the 16 values, the scale's word, the bias's word; Q8: lo = the 4 words of
+// the values, hi.x the scale's word, hi.y the bias's; bf16 and f16: lo, hi = the 16 values' bits, two
+// to a word; f32: the 16 values rounded to half, two to a word.
 struct WeightRuns {
-  uint raw[TILE_RUNS_PER_THREAD * 4u];
+  uint4 lo;
+  uint4 hi;
 };
+inline uint weight_row(uint tid) { return tid / (GEMM_K / 16u); }
+inline uint weight_column(uint tid) { return 16u * (tid % (GEMM_K / 16u)); }
 
-// Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are
-// never stored), columns k0 .. k0+GEMM_K-1 (clamped to the row). Quantized: a run of 8 columns lies in
-// one group (group sizes are multiples of 16) and in one word (q4) or two (q8).
+// Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are never
+// stored), columns k0 .. k0+GEMM_K-1: one vector load of the values (8 bytes at 4 bits, 16 at 8 bits,
+// two of 16 for bf16/f16; offsets clamped to the row, whose values past `cols` are masked later), the
+// scale's and the bias's word; f32 rows by scalar loads, rounded here (the one format whose values are
+// used at once).
 inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                device const uchar* biases, uint row0, uint rows, uint k0, uint tid, uint threads) {
-  const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
-  const uint words = w.row_bytes / 4u;
+                                device const uchar* biases, uint row0, uint rows, uint k0, uint tid) {
+  const bool q4 = w.format == WEIGHT_Q4, q8 = w.format == WEIGHT_Q8;
+  const uint c = k0 + weight_column(tid);
+  const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
+  device const uchar* row_data = data + row * w.row_bytes;
   WeightRuns f;
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, threads, i);
-    const ulong row = ulong(min(row0 + run_row(tid, threads, i), rows - 1u));
-    device const uint* row_words = (device const uint*)(data + row * w.row_bytes);
-    if (quantized) {
-      const uint wi = min(q4 ? c / 8u : c / 4u, words - 1u), group = wi >> w.group_shift;
-      f.raw[4u * i] = row_words[wi];
-      f.raw[4u * i + 1u] = row_words[min(wi + 1u, words - 1u)];  // q8's second word
-      f.raw[4u * i + 2u] = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
-      f.raw[4u * i + 3u] = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
-    } else if (w.format == WEIGHT_F32) {  // rounded here: the one format whose values are used at once
-      device const float* row_floats = (device const float*)row_words;
-      for (uint e = 0; e < 8u; e += 2u)
-        f.raw[4u * i + e / 2u] = half2_bits(row_floats[min(c + e, w.cols - 1u)], row_floats[min(c + e + 1u, w.cols - 1u)]);
+  f.hi = uint4(0u, 0u, 0u, 0u);
+  if (q4 || q8) {
+    const uint words = w.row_bytes / 4u, wi = min(q4 ? c / 8u : c / 4u, words - 1u), group = wi >> w.group_shift;
+    const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    const uint bias = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    if (q4) {
+      const uint2 v = *(device const uint2*)(row_data + min(c / 2u, w.row_bytes - 8u));
+      f.lo = uint4(v.x, v.y, scale, bias);
     } else {
-      device const ushort* row_halves = (device const ushort*)row_words;
-      for (uint e = 0; e < 8u; e += 2u)
-        f.raw[4u * i + e / 2u] =
-            uint(row_halves[min(c + e, w.cols - 1u)]) | (uint(row_halves[min(c + e + 1u, w.cols - 1u)]) << 16u);
+      const uint4 v = *(device const uint4*)(row_data + min(c, w.row_bytes - 16u));
+      f.lo = v;
+      f.hi = uint4(scale, bias, 0u, 0u);
     }
+  } else if (w.format == WEIGHT_F32) {
+    device const float* row_floats = (device const float*)row_data;
+    float v[16];
+    for (uint e = 0; e < 16u; ++e) v[e] = row_floats[min(c + e, w.cols - 1u)];
+    f.lo = uint4(half2_bits(v[0], v[1]), half2_bits(v[2], v[3]), half2_bits(v[4], v[5]), half2_bits(v[6], v[7]));
+    f.hi = uint4(half2_bits(v[8], v[9]), half2_bits(v[10], v[11]), half2_bits(v[12], v[13]), half2_bits(v[14], v[15]));
+  } else {
+    const uint4 lo = *(device const uint4*)(row_data + min(2u * c, w.row_bytes - 16u));
+    const uint4 hi = *(device const uint4*)(row_data + min(2u * c + 16u, w.row_bytes - 16u));
+    f.lo = lo;
+    f.hi = hi;
   }
   return f;
 }
@@ -209,43 +201,60 @@ inline float nibble_in_place(uint under, uint i) {
   return as_type<float>(under & (0x4B000000u | (15u << (4u * i)))) - 8388608.0f;
 }
 
-// The fetched runs dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does, then
-// rounded to half once; columns past w.cols are zero.
+// Word i (i < 8) of the fetched weights.
+inline uint weight_word(thread const WeightRuns& f, uint i) {
+  const uint4 q = i < 4u ? f.lo : f.hi;
+  const uint j = i % 4u;
+  return j == 0u ? q.x : j == 1u ? q.y : j == 2u ? q.z : q.w;
+}
+
+// A run of 8 4-bit weights (one word) dequantised into `dst`: nibble i of a half-word, in place, times
+// the scale over 16^i, the same exact product as scale·q.
+inline void store_q4_run(threadgroup half* dst, uint v, float sc, float bi) {
+  const float sc1 = sc * 0.0625f, sc2 = sc * 0.00390625f, sc3 = sc * 0.000244140625f;
+  const uint lo = under_2p23(v & 0xffffu), hi = under_2p23(v >> 16u);
+  store_run(dst, nibble_in_place(lo, 0u) * sc + bi, nibble_in_place(lo, 1u) * sc1 + bi, nibble_in_place(lo, 2u) * sc2 + bi,
+            nibble_in_place(lo, 3u) * sc3 + bi, nibble_in_place(hi, 0u) * sc + bi, nibble_in_place(hi, 1u) * sc1 + bi,
+            nibble_in_place(hi, 2u) * sc2 + bi, nibble_in_place(hi, 3u) * sc3 + bi);
+}
+
+// A run of 8 8-bit weights (two words) dequantised into `dst`.
+inline void store_q8_run(threadgroup half* dst, uint v0, uint v1, float sc, float bi) {
+  store_run(dst, sc * unpack(v0, 0u, 255u) + bi, sc * unpack(v0, 8u, 255u) + bi, sc * unpack(v0, 16u, 255u) + bi,
+            sc * unpack(v0, 24u, 255u) + bi, sc * unpack(v1, 0u, 255u) + bi, sc * unpack(v1, 8u, 255u) + bi,
+            sc * unpack(v1, 16u, 255u) + bi, sc * unpack(v1, 24u, 255u) + bi);
+}
+
+// The fetched weights dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does,
+// then rounded to half once; columns past w.cols are zero (quantized rows are whole groups of 16 or
+// more columns, so the 16 columns are all inside or all past).
 inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, uint k0, threadgroup half* tile,
-                          uint tid, uint threads) {
+                          uint tid) {
   const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
-  const uint words = w.row_bytes / 4u;
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint c = k0 + run_column(tid, threads, i);
-    threadgroup half* dst = tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i);
+  const uint c = k0 + weight_column(tid);
+  threadgroup half* dst = tile + weight_row(tid) * TILE_LD + weight_column(tid);
+  if (quantized) {
+    const uint words = w.row_bytes / 4u, group = min(q4 ? c / 8u : c / 4u, words - 1u) >> w.group_shift;
+    const float scale = scale_in_word(q4 ? f.lo.z : f.hi.x, group, w.scale_type);
+    const float bias = scale_in_word(q4 ? f.lo.w : f.hi.y, group, w.scale_type);
     const bool in = c < w.cols;
-    const uint v0 = f.raw[4u * i], v1 = f.raw[4u * i + 1u];
-    if (quantized) {
-      const uint group = min(q4 ? c / 8u : c / 4u, words - 1u) >> w.group_shift;
-      const float scale = scale_in_word(f.raw[4u * i + 2u], group, w.scale_type);
-      const float bias = scale_in_word(f.raw[4u * i + 3u], group, w.scale_type);
-      const float sc = in ? scale : 0.0f, bi = in ? bias : 0.0f;  // columns past the row: zero
-      if (q4) {
-        // Nibble i of a half-word, in place, times the scale over 16^i: the same exact product.
-        const float sc1 = sc * 0.0625f, sc2 = sc * 0.00390625f, sc3 = sc * 0.000244140625f;
-        const uint lo = under_2p23(v0 & 0xffffu), hi = under_2p23(v0 >> 16u);
-        store_run(dst, nibble_in_place(lo, 0u) * sc + bi, nibble_in_place(lo, 1u) * sc1 + bi,
-                  nibble_in_place(lo, 2u) * sc2 + bi, nibble_in_place(lo, 3u) * sc3 + bi, nibble_in_place(hi, 0u) * sc + bi,
-                  nibble_in_place(hi, 1u) * sc1 + bi, nibble_in_place(hi, 2u) * sc2 + bi, nibble_in_place(hi, 3u) * sc3 + bi);
-      } else {
-        store_run(dst, sc * unpack(v0, 0u, 255u) + bi, sc * unpack(v0, 8u, 255u) + bi, sc * unpack(v0, 16u, 255u) + bi,
-                  sc * unpack(v0, 24u, 255u) + bi, sc * unpack(v1, 0u, 255u) + bi, sc * unpack(v1, 8u, 255u) + bi,
-                  sc * unpack(v1, 16u, 255u) + bi, sc * unpack(v1, 24u, 255u) + bi);
-      }
+    const float sc = in ? scale : 0.0f, bi = in ? bias : 0.0f;  // columns past the row: zero
+    if (q4) {
+      store_q4_run(dst, f.lo.x, sc, bi);
+      store_q4_run(dst + 8u, f.lo.y, sc, bi);
     } else {
-      float v[8];
-      for (uint e = 0; e < 8u; ++e) {
-        const ushort bits = ushort((f.raw[4u * i + e / 2u] >> (16u * (e % 2u))) & 0xffffu);
-        const float value = w.format == WEIGHT_BF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);  // f32: as half
-        v[e] = c + e < w.cols ? value : 0.0f;
-      }
-      store_run(dst, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+      store_q8_run(dst, f.lo.x, f.lo.y, sc, bi);
+      store_q8_run(dst + 8u, f.lo.z, f.lo.w, sc, bi);
     }
+  } else {
+    float v[16];
+    for (uint e = 0; e < 16u; ++e) {
+      const ushort bits = ushort((weight_word(f, e / 2u) >> (16u * (e % 2u))) & 0xffffu);
+      const float value = w.format == WEIGHT_BF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);  // f32: as half
+      v[e] = c + e < w.cols ? value : 0.0f;
+    }
+    store_run(dst, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
+    store_run(dst + 8u, v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]);
   }
 }
 

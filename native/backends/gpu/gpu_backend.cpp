@@ -48,6 +48,7 @@ GpuBackend::~GpuBackend() {
   moe_positions_.reset();
   moe_y_.reset();
   moe_shared_y_.reset();
+  half_x_.reset();
   attn_ml_.reset();
   attn_o_.reset();
   attn_lse_.reset();

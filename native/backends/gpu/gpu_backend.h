@@ -115,8 +115,10 @@ class GpuBackend final : public Backend {
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
-  void gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n)
+  void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n);  // tiled(n); xh from half_rows
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
+  // x [n, cols] rounded to half into half_x_ (the half_rows kernel): the tiled kernels' activations.
+  View half_rows(View x, int n, uint32_t cols);
   void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
                          View weights, int n, int k, View out, const SharedExpert& shared);
 
@@ -132,6 +134,7 @@ class GpuBackend final : public Backend {
   // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
+  std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {

@@ -86,11 +86,11 @@ void add_matmul_cases(Cases& all) {
           Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * m.cols)), out = c.zeros(size_t(m.n) * m.rows);
           // Chunks of GEMM_WIDE_MIN_TOKENS and more on the larger tiles.
           const auto kernel = m.n >= int(GEMM_WIDE_MIN_TOKENS) ? gpu::kernels::gemm_wide::id : gpu::kernels::gemm::id;
-          const uint64_t before = c.launches(kernel);
+          const uint64_t before = c.launches(kernel), rounded_before = c.launches(gpu::kernels::half_rows::id);
           c.cpu.matmul(*w.cpu, View(x.cpu.get(), m.x_offset), m.n, View(out.cpu.get()));
           c.gpu.matmul(*w.gpu, View(x.gpu.get(), m.x_offset), m.n, View(out.gpu.get()));
-          if (c.launches(kernel) != before + 1)
-            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run " +
+          if (c.launches(kernel) != before + 1 || c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
+            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run half_rows then " +
                           (m.n >= int(GEMM_WIDE_MIN_TOKENS) ? "gemm_wide" : "gemm"));
           c.expect_close("matmul tiled", out, size_t(m.n) * m.rows, tiled_tol);
         });
@@ -196,8 +196,12 @@ void add_matmul_cases(Cases& all) {
       jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get())});
       jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get())});
     }
+    const uint64_t gemm_before = c.launches(gpu::kernels::gemm::id), rounded_before = c.launches(gpu::kernels::half_rows::id);
     c.cpu.matmul_group(jc, View(x.cpu.get()), n);
     c.gpu.matmul_group(jg, View(x.gpu.get()), n);
+    // Two launches (4 jobs, then 1) read x rounded to half by one half_rows.
+    if (c.launches(gpu::kernels::gemm::id) != gemm_before + 2 || c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
+      throw Failure("5 jobs did not run as two gemm launches over one half_rows");
     for (int j = 0; j < 5; ++j) c.expect_close("matmul_group tiled", outs[size_t(j)], size_t(n) * rows[j], tiled_tol);
   });
 }

@@ -146,22 +146,26 @@ void add_moe_cases(Cases& all) {
     int n;
     bool shared;
     std::string routing;
+    int hidden = 64, inter = 64, shared_inter = 32;  // not multiples of GEMM_K: rows of h zero-padded
   };
   for (TiledMoe m : {TiledMoe{"q4", 64, DType::BF16, 65, true, "mixed"}, TiledMoe{"q8", 32, DType::F32, 20, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 70, true, "route"}, TiledMoe{"f16", 0, DType::F16, 17, false, "mixed"},
-                     TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}, TiledMoe{"q4", 32, DType::BF16, 200, true, "route"}})
+                     TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}, TiledMoe{"q4", 32, DType::BF16, 200, true, "route"},
+                     TiledMoe{"bf16", 0, DType::BF16, 33, true, "mixed", 72, 40, 24},
+                     TiledMoe{"q8", 16, DType::F16, 40, true, "route", 80, 48, 16}})
     add("moe_experts tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
-            (m.shared ? " + shared" : "") + " " + m.routing,
+            (m.shared ? " + shared" : "") + " " + m.routing + (m.hidden != 64 ? " " + std::to_string(m.hidden) + "x" + std::to_string(m.inter) : ""),
         [m, tiled_tol](Ctx& c) {
-          const int E = 6, H = 64, I = 64, K = 2, SI = 32;  // SI: a ragged row tile
+          const int E = 6, H = m.hidden, I = m.inter, K = 2, SI = m.shared_inter;  // SI: a ragged row tile
           c.shape = std::to_string(E) + " experts " + std::to_string(H) + "x" + std::to_string(I) + " top-" + std::to_string(K) +
                     ", " + std::to_string(m.n) + " tokens" + (m.shared ? ", shared expert " + std::to_string(SI) : "") +
                     (m.routing == "route" ? ", one expert with every token, one with none" : ", one expert with none");
           const int group = m.group ? m.group : 64;
           HostWeight g(c.rng, m.fmt, I, H, E, group, m.scale), u(c.rng, m.fmt, I, H, E, group, m.scale);
-          HostWeight d(c.rng, m.fmt, H, I, E, 32, m.scale);
-          HostWeight sg(c.rng, m.fmt, SI, H, 0, 32, m.scale), su(c.rng, m.fmt, SI, H, 0, 32, m.scale);
-          HostWeight sd(c.rng, m.fmt, H, SI, 0, 32, m.scale);
+          const int small_group = std::min(group, 32);
+          HostWeight d(c.rng, m.fmt, H, I, E, small_group, m.scale);
+          HostWeight sg(c.rng, m.fmt, SI, H, 0, small_group, m.scale), su(c.rng, m.fmt, SI, H, 0, small_group, m.scale);
+          HostWeight sd(c.rng, m.fmt, H, SI, 0, small_group, m.scale);
           WeightPair G = upload(c, g), U = upload(c, u), D = upload(c, d);
           WeightPair SG = upload(c, sg), SU = upload(c, su), SD = upload(c, sd);
           const size_t entries = size_t(m.n) * K;
@@ -191,12 +195,15 @@ void add_moe_cases(Cases& all) {
             shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
           }
           const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id);
+          const uint64_t rounded_before = c.launches(gpu::kernels::half_rows::id);
           c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), m.n, K,
                             View(out.cpu.get()), shc);
           c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), m.n, K,
                             View(out.gpu.get()), shg);
           if (c.launches(gpu::kernels::moe_down_tiled::id) != before + 1)
             throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels");
+          if (c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
+            throw Failure("the tiled expert kernels did not read x rounded to half once");
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
         });
 

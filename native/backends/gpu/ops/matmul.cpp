@@ -14,6 +14,8 @@ static_assert(GEMM_WIDE_THREADS == 256 && GEMM_WIDE_TILE == 128,
 static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0 &&
                   GEMM_WIDE_TILE * GEMM_K / 8 / GEMM_WIDE_THREADS == GEMM_TILE_ROWS * GEMM_K / 8 / GEMM_THREADS,
               "gemm, gemm_wide: the tile loaders give each thread the same number of whole runs of 8 columns");
+static_assert(GEMM_TILE_ROWS * GEMM_K / 16 == GEMM_THREADS && GEMM_WIDE_TILE * GEMM_K / 16 == GEMM_WIDE_THREADS,
+              "fetch_weights: each thread takes 16 columns of one weight row per K-step");
 static_assert(GEMM_K % 16 == 0 && (GEMM_K + GEMM_PAD) % 8 == 0,
               "tile_products: 16 columns of k per product, tile rows 16-byte aligned (simdgroup_load4)");
 static_assert(8 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <= GEMM_WIDE_TILE * (GEMM_K + GEMM_PAD) * 2,
@@ -77,15 +79,24 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
       .threads(GEMV_THREADS).run();
 }
 
-void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
+View GpuBackend::half_rows(View x, int n, uint32_t cols) {
+  shader::HalfRowsParams p{u32(size_t(n), "tokens"), cols};
+  const size_t halfs = size_t(n) * HALF_ROW_LD(cols);
+  scratch(half_x_, halfs / 2);  // HALF_ROW_LD is even
+  namespace h = k::half_rows;
+  Call(*this, h::id).buf(h::x, x).buf(h::xh, half_x_.get()).params(h::p, p).grid(ceil_div(halfs / 8, HALF_ROWS_THREADS))
+      .threads(HALF_ROWS_THREADS).run();
+  return View(half_x_.get());
+}
+
+void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n) {
   shader::GemmParams p{};
   // Long chunks on the larger tiles; the kernels differ in tile size only.
   const bool wide = size_t(n) >= GEMM_WIDE_MIN_TOKENS;
   const uint32_t tile_tokens = wide ? GEMM_WIDE_TILE : GEMM_TILE_TOKENS, tile_rows = wide ? GEMM_WIDE_TILE : GEMM_TILE_ROWS;
   Call call(*this, wide ? k::gemm_wide::id : k::gemm::id);
   bind_jobs(call, kGemmSlots, jobs, count, n, p, p.first_tile, p.total_tiles, tile_rows);
-  p.x_vec = x.offset % 4 == 0 && p.cols % 8 == 0 ? 1u : 0u;
-  call.buf(k::gemm::x, x).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, tile_tokens))
+  call.buf(k::gemm::x, xh).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, tile_tokens))
       .threads(wide ? GEMM_WIDE_THREADS : GEMM_THREADS).run();
 }
 
@@ -124,7 +135,7 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
   auto lock = enter();
   MatmulJob job{&w, out};
-  if (tiled(n)) gemm_jobs(&job, 1, x, n);
+  if (tiled(n)) gemm_jobs(&job, 1, half_rows(x, n, static_cast<const GpuWeight&>(w).desc.cols), n);
   else gemv_jobs(&job, 1, x, n);
 }
 
@@ -134,8 +145,17 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   // other calls on the fp32 GEMV kernels.
   std::vector<MatmulJob> fp32, fp16;
   for (const MatmulJob& j : jobs) (tiled(n) && !j.exact ? fp16 : fp32).push_back(j);
+  // The fp16 jobs read x rounded to half once, as rows of their common input size.
+  View xh;
+  if (!fp16.empty()) {
+    const uint32_t cols = static_cast<const GpuWeight&>(*fp16[0].weight).desc.cols;
+    for (const MatmulJob& j : fp16)
+      if (static_cast<const GpuWeight&>(*j.weight).desc.cols != cols)
+        fail("gpu backend: matmul_group of matrices with different input sizes");
+    xh = half_rows(x, n, cols);
+  }
   for (size_t i = 0; i < fp16.size(); i += GEMV_MAX_JOBS)
-    gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), x, n);
+    gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n);
   for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
     const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
     if (tiled(n)) gemm_exact_jobs(fp32.data() + i, count, x, n);

@@ -96,7 +96,6 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   shader::MoeTiledParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.experts = uint32_t(G.experts), p.hidden = G.desc.cols;
-  p.x_vec = x.offset % 4 == 0 && p.hidden % 8 == 0 ? 1u : 0u;
   const GpuWeight *SG = &G, *SU = &U, *SD = &D;  // bound, never read, without a shared expert
   if (shared.gate) {
     SG = &static_cast<const GpuWeight&>(*shared.gate);
@@ -109,12 +108,14 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   scratch(moe_offsets_, size_t(p.experts) + 1);
   scratch(moe_entries_, entries);
   scratch(moe_positions_, entries);
-  scratch(moe_h_, entries * G.desc.rows);
-  scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * p.sgate.rows));
+  // h and sh as half rows (moe_gate_up_tiled writes them so; HALF_ROW_LD is even).
+  scratch(moe_h_, entries * HALF_ROW_LD(G.desc.rows) / 2);
+  scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * HALF_ROW_LD(p.sgate.rows) / 2));
   scratch(moe_y_, entries * p.hidden);
   scratch(moe_shared_y_, size_t(n) * p.hidden);
   const uint32_t buckets = p.experts + p.shared, token_tiles = ceil_div(p.n, GEMM_TILE_TOKENS);
 
+  const View xh = half_rows(x, n, p.hidden);
   bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
                    View(moe_positions_.get()));
 
@@ -122,7 +123,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
       .buf(gu::sgw, SG->data.get()).buf(gu::sgs, SG->scales.get()).buf(gu::sgb, SG->biases.get())
-      .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, x)
+      .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, xh)
       .buf(gu::offsets, moe_offsets_.get()).buf(gu::entries, moe_entries_.get()).buf(gu::h, moe_h_.get())
       .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
       .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
