@@ -203,7 +203,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
   // uniform test, as for the queries); lane l then takes columns l, l + 32, ... of each row, so that
   // each store covers a whole 128-byte row segment.
   l += simd_shuffle_xor(l, ushort(1));
-  const float inv = 1.0f / l;  // of row lane / 2
+  if (part == 0u) sc[row] = 1.0f / l;  // each row's 1/Σp, for the lanes that write it (after the barrier below)
   const uint EC = D < ATTN_PREFILL_OUT_COLUMNS ? D : ATTN_PREFILL_OUT_COLUMNS, OLD = EC + 4u;
   threadgroup float* staged = (threadgroup float*)tiles + sg * ATTN_PREFILL_SIMDGROUP_ROWS * OLD;
   for (uint c0 = 0; c0 < D; c0 += EC) {
@@ -217,7 +217,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
       const uint r = i / (EC / 32u), c = lane + 32u * (i % (EC / 32u));
       const uint q_row = r0 + sg * ATTN_PREFILL_SIMDGROUP_ROWS + r, at_row = min(q_row, rows - 1u);
       const ulong at = (ulong(at_row / G) * p.heads + kvh * G + at_row % G) * D + column_dim(c0 + c);
-      const float o = staged[r * OLD + c] * simd_shuffle(inv, ushort(2u * r));
+      const float o = staged[r * OLD + c] * sc[r];
       const float y = p.gated != 0u ? o * sigmoid(gate[at]) : o;
       if (q_row < rows) out[at] = y;
     }
