@@ -313,15 +313,19 @@ struct AttentionParams {
 };
 
 // Prefill attention (attention_prefill.metal): a threadgroup of ATTN_PREFILL_SIMDGROUPS simdgroups takes
-// 8 query rows per simdgroup ((token, query head) pairs of one KV head) against key tiles of 16 (head dim
-// 256) or 32 keys; head dims 32, 64, 128 and 256. ATTN_PREFILL_LOADS K and V values per thread are loaded
-// before any is stored; ATTN_PREFILL_RESCALE (log2 units) bounds the lazily rescaled softmax weights.
+// ATTN_PREFILL_SIMDGROUP_ROWS query rows per simdgroup ((token, query head) pairs of one KV head) against
+// key tiles of 16 (head dim 256) or 32 keys; head dims 32, 64, 128 and 256. The queries are staged in
+// passes of at most ATTN_PREFILL_QUERY_COLUMNS columns, the outputs written in passes of at most
+// ATTN_PREFILL_OUT_COLUMNS; ATTN_PREFILL_RESCALE (log2 units) bounds the
+// lazily rescaled softmax weights.
 #define ATTN_PREFILL_SIMDGROUPS 4u
-#define ATTN_PREFILL_THREADS 128  // ATTN_PREFILL_SIMDGROUPS * 32, as a literal for the kernels' attribute
-#define ATTN_PREFILL_ROWS 32u     // 8 * ATTN_PREFILL_SIMDGROUPS
+#define ATTN_PREFILL_THREADS 128        // ATTN_PREFILL_SIMDGROUPS * 32, as a literal for the kernels' attribute
+#define ATTN_PREFILL_SIMDGROUP_ROWS 16u  // the 16 rows of an m16n8k16 product
+#define ATTN_PREFILL_ROWS 64u           // ATTN_PREFILL_SIMDGROUP_ROWS * ATTN_PREFILL_SIMDGROUPS
 #define ATTN_PREFILL_MAX_HEAD_DIM 256u
 #define ATTN_PREFILL_MAX_KEYS 32u
-#define ATTN_PREFILL_LOADS 8u
+#define ATTN_PREFILL_QUERY_COLUMNS 128u
+#define ATTN_PREFILL_OUT_COLUMNS 64u
 #define ATTN_PREFILL_RESCALE 8.0f
 
 // Causal prefill attention of the n tokens at positions pos0 .. pos0+n-1 of one call: grid (tiles,

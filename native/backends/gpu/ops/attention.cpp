@@ -13,8 +13,9 @@ namespace {
 // Partial results of one attention launch stay below this many floats (longer prefills are split).
 constexpr size_t kMaxAttentionPartialFloats = size_t(8) << 20;
 
-static_assert(ATTN_PREFILL_THREADS == 32 * ATTN_PREFILL_SIMDGROUPS && ATTN_PREFILL_ROWS == 8 * ATTN_PREFILL_SIMDGROUPS,
-              "attention_prefill: a simdgroup of 32 threads per 8 query rows");
+static_assert(ATTN_PREFILL_THREADS == 32 * ATTN_PREFILL_SIMDGROUPS &&
+                  ATTN_PREFILL_ROWS == ATTN_PREFILL_SIMDGROUP_ROWS * ATTN_PREFILL_SIMDGROUPS && ATTN_PREFILL_SIMDGROUP_ROWS == 16,
+              "attention_prefill: a simdgroup of 32 threads per 16 query rows");
 namespace ap32 = k::attention_prefill_32;
 namespace ap64 = k::attention_prefill_64;
 namespace ap128 = k::attention_prefill_128;
@@ -67,6 +68,8 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   // Tiled prefill: one flash-attention launch. The softmax weights (probs) come from the split-K kernels,
   // which keep each row's log-sum-exp; so do head dims without a tiled kernel.
   if (tiled(n) && !probs && prefill_kernel(s.head_dim, &prefill_id)) {
+    if (k_cache.offset % 4 != 0 || v_cache.offset % 4 != 0)
+      fail("gpu backend: attention KV cache views must start on a 16-byte boundary (float4 loads)");
     shader::AttentionPrefillParams p{};
     p.n = u32(size_t(n), "tokens");
     p.pos0 = u32(size_t(pos0), "position");
