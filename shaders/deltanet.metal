@@ -40,9 +40,10 @@ inline float softplus(float x) {
 }
 
 // The same for prompts (GpuBackend::tiled), token-parallel: CONV_TOKENS tokens per thread, the rows a
-// thread needs (its tokens and the kernel-1 before them) loaded at once, clamped, then combined.
-// grid (channels / ELEMENTWISE_THREADS, n / CONV_TOKENS). The state is only read here:
-// conv_state_update replaces it once every token has been computed.
+// thread needs (its tokens and the kernel-1 before them) loaded at once, clamped, then combined one
+// kernel tap at a time, the window shifted down a row after each: every register array is indexed by
+// constants, so none spills to the stack. grid (channels / ELEMENTWISE_THREADS, n / CONV_TOKENS). The
+// state is only read here: conv_state_update replaces it once every token has been computed.
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_silu_tokens(
     device const float* x [[buffer(0)]], device const float* state [[buffer(1)]], device const float* w [[buffer(2)]],
     device float* out [[buffer(3)]], constant ConvParams& p [[buffer(4)]], uint2 group [[threadgroup_position_in_grid]],
@@ -50,19 +51,21 @@ inline float softplus(float x) {
   const uint C = p.channels, past = p.kernel - 1u;
   const uint c = group.x * ELEMENTWISE_THREADS + tid, cl = min(c, C - 1u);
   const uint t0 = group.y * CONV_TOKENS;
-  float wc[CONV_MAX_KERNEL], win[CONV_TOKENS + CONV_MAX_KERNEL - 1u];
-  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) wc[j] = w[ulong(cl) * p.kernel + min(j, p.kernel - 1u)];
+  float win[CONV_TOKENS + CONV_MAX_KERNEL - 1u], acc[CONV_TOKENS];
   for (uint i = 0; i < CONV_TOKENS + CONV_MAX_KERNEL - 1u; ++i) {  // stream row t0 + i
     const uint r = t0 + i;
     const float from_state = past > 0u ? state[ulong(min(r, past - 1u)) * C + cl] : 0.0f;
     const float from_x = x[ulong(min(max(r, past) - past, p.n - 1u)) * C + cl];
     win[i] = r < past ? from_state : from_x;
   }
-  for (uint t = 0; t < CONV_TOKENS; ++t) {
-    float acc = 0.0f;
-    for (uint j = 0; j < CONV_MAX_KERNEL; ++j) acc += j < p.kernel ? wc[j] * win[t + j] : 0.0f;
-    if (t0 + t < p.n && c < C) out[ulong(t0 + t) * C + c] = silu(acc);
+  for (uint t = 0; t < CONV_TOKENS; ++t) acc[t] = 0.0f;
+  for (uint j = 0; j < p.kernel; ++j) {  // win[t] is stream row t0 + t + j here
+    const float wj = w[ulong(cl) * p.kernel + j];
+    for (uint t = 0; t < CONV_TOKENS; ++t) acc[t] += wj * win[t];
+    for (uint i = 0; i + 1u < CONV_TOKENS + CONV_MAX_KERNEL - 1u; ++i) win[i] = win[i + 1u];
   }
+  for (uint t = 0; t < CONV_TOKENS; ++t)
+    if (t0 + t < p.n && c < C) out[ulong(t0 + t) * C + c] = silu(acc[t]);
 }
 
 // The conv state after the chunk: the last kernel-1 rows of the stream, read before any is written
