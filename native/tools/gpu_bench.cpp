@@ -306,11 +306,16 @@ struct RoutingFlips {
 };
 
 RoutingFlips routing_flips(const ForwardResult& ref, const ForwardResult& dev, int layers, int positions, int E, int k) {
+  std::vector<const std::vector<int32_t>*> ref_ids, dev_ids;  // per layer, looked up once
+  for (int l = 0; l < layers; ++l) {
+    ref_ids.push_back(&captured(ref, layer_point(l, "topk_ids"), l).i32);
+    dev_ids.push_back(&captured(dev, layer_point(l, "topk_ids"), l).i32);
+  }
   RoutingFlips f;
   for (int t = 0; t < positions; ++t)
     for (int l = 0; l < layers; ++l) {
-      const std::vector<int32_t>& a = captured(ref, layer_point(l, "topk_ids"), l).i32;
-      const std::vector<int32_t>& b = captured(dev, layer_point(l, "topk_ids"), l).i32;
+      const std::vector<int32_t>& a = *ref_ids[size_t(l)];
+      const std::vector<int32_t>& b = *dev_ids[size_t(l)];
       std::vector<int32_t> x(a.begin() + size_t(t) * k, a.begin() + size_t(t + 1) * k);
       std::vector<int32_t> y(b.begin() + size_t(t) * k, b.begin() + size_t(t + 1) * k);
       std::sort(x.begin(), x.end());
