@@ -85,102 +85,164 @@ inline float softplus(float x) {
     if (j < past && c < C) state[ulong(j) * C + c] = rows[j];
 }
 
-// The gated delta rule for prompts: the recurrence of `deltanet` below, with the work that does not depend on
-// the state taken off the sequential path. Tokens go in blocks of DELTANET_BLOCK: the threadgroup first
-// normalises the block's q and k, computes k·q, β and the decay, and stages v, all tokens at once, in
-// threadgroup memory; then each lane steps through the block from there. A column is spread over 8 lanes
-// (DELTANET_MAX_KEY_DIM / 8 keys each) and both sums come from the state before the update, in one pass and
-// one set of shuffles:
-//   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ).
-// The step is what the time goes to, so it has no index arithmetic and no masks: staged rows are
-// DELTANET_MAX_KEY_DIM wide with zeros past key_dim (a lane's keys past key_dim add nothing and are not
-// stored), and lane part p of a column holds the keys 4p + 32i + e (e < 4), fixed offsets from one base;
-// the 8 parts reading the same e and i hit 8 different banks. key_dim a multiple of 4, value_dim of
-// 4·simdgroups; grid (value_heads, value_dim / (4 · simdgroups)).
-[[max_total_threads_per_threadgroup(32 * DELTANET_TOKENS_SIMDGROUPS)]] kernel void deltanet_tokens(
+// A float4 into threadgroup memory: one 16-byte store with CUDA, a float at a time elsewhere (the strict
+// address-space build has no vector stores to threadgroup memory).
+inline void store_float4(threadgroup float4* dst, float4 v) {
+#if defined(MSL_TARGET_CUDA)
+  *dst = v;
+#else
+  threadgroup float* f = (threadgroup float*)dst;
+  f[0] = v.x;
+  f[1] = v.y;
+  f[2] = v.z;
+  f[3] = v.w;
+#endif
+}
+
+// The gated delta rule for prompts, part 1: everything that does not depend on the state, for all tokens
+// at once. A simdgroup per (token, key head): q and k l2-normalised (q also scaled by key_dim^-½) into
+// qk [n, key_heads, 2, DELTANET_MAX_KEY_DIM] (q's row, then k's; zeros past key_dim, so that the
+// recurrence reads whole rows without masks), and for each value head of that key head the float4
+// gates [n, value_heads] = (decay, β, k·q, 0). 4 keys per lane; grid (ceil(n·key_heads / simdgroups)).
+[[max_total_threads_per_threadgroup(DELTANET_TOKENS_THREADS)]] kernel void deltanet_prep(
     device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]], device const float* a [[buffer(2)]],
-    device const float* A_log [[buffer(3)]], device const float* dt_bias [[buffer(4)]], device float* state [[buffer(5)]],
-    device float* out [[buffer(6)]], device float* trace_beta [[buffer(7)]], device float* trace_decay [[buffer(8)]],
-    constant DeltaNetParams& p [[buffer(9)]], uint2 group [[threadgroup_position_in_grid]],
-    uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]], uint simdgroups [[simdgroups_per_threadgroup]],
-    uint threads [[threads_per_threadgroup]]) {
-  constexpr uint W = DELTANET_MAX_KEY_DIM;  // staged row width
-  constexpr uint KEYS = W / 8u;             // a lane's keys
-  threadgroup float qs[DELTANET_BLOCK * W];
-  threadgroup float ks[DELTANET_BLOCK * W];
-  threadgroup float vs[DELTANET_BLOCK * 4u * DELTANET_TOKENS_SIMDGROUPS];
-  threadgroup float betas[DELTANET_BLOCK];
-  threadgroup float decays[DELTANET_BLOCK];
-  threadgroup float kqs[DELTANET_BLOCK];
+    device const float* A_log [[buffer(3)]], device const float* dt_bias [[buffer(4)]], device float4* qk [[buffer(5)]],
+    device float4* gates [[buffer(6)]], device float* trace_beta [[buffer(7)]], device float* trace_decay [[buffer(8)]],
+    constant DeltaNetParams& p [[buffer(9)]], uint group [[threadgroup_position_in_grid]],
+    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+    uint simdgroups [[simdgroups_per_threadgroup]]) {
+  constexpr uint W4 = DELTANET_MAX_KEY_DIM / 4u;
+  const uint Dk = p.key_dim, Hk = p.key_heads, Hv = p.value_heads, key_total = Hk * Dk;
+  const uint conv_dim = 2u * key_total + Hv * p.value_dim;
+  const uint pair = group * simdgroups + sg, pc = min(pair, p.n * Hk - 1u), t = pc / Hk, kh = pc % Hk;
+  const bool mine = lane * 4u < Dk;
+  device const float* qr = qkv + ulong(t) * conv_dim + kh * Dk + min(lane * 4u, Dk - 4u);
+  float q[4], k[4];
+  for (uint e = 0; e < 4u; ++e) q[e] = qr[e], k[e] = qr[key_total + e];
+  float qq = 0.0f, kk = 0.0f, qkd = 0.0f;
+  for (uint e = 0; e < 4u; ++e) qq += q[e] * q[e], kk += k[e] * k[e], qkd += q[e] * k[e];
+  qq = simd_sum(mine ? qq : 0.0f);
+  kk = simd_sum(mine ? kk : 0.0f);
+  qkd = simd_sum(mine ? qkd : 0.0f);
+  const float qn = mine ? 1.0f / sqrt(float(Dk)) / sqrt(qq + p.eps) : 0.0f, kn = mine ? 1.0f / sqrt(kk + p.eps) : 0.0f;
+  if (pair >= p.n * Hk) return;  // after the collectives, which need every lane
+  device float* row = (device float*)(qk + (ulong(t) * Hk + kh) * 2u * W4);  // a float at a time: see store_float4
+  for (uint e = 0; e < 4u; ++e) row[4u * lane + e] = q[e] * qn, row[4u * (W4 + lane) + e] = k[e] * kn;
+  const uint group_heads = Hv / Hk;  // the value heads that read this key head
+  for (uint g = lane; g < group_heads; g += 32u) {
+    const uint hv = kh * group_heads + g;
+    const float beta = sigmoid(b[ulong(t) * Hv + hv]);
+    const float decay = exp(-exp(A_log[hv]) * softplus(a[ulong(t) * Hv + hv] + dt_bias[hv]));
+    device float* gate = (device float*)(gates + ulong(t) * Hv + hv);
+    gate[0] = decay, gate[1] = beta, gate[2] = qkd * qn * kn, gate[3] = 0.0f;
+    if (p.trace_beta != 0u) trace_beta[ulong(t) * Hv + hv] = beta;
+    if (p.trace_decay != 0u) trace_decay[ulong(t) * Hv + hv] = decay;
+  }
+}
+
+// The gated delta rule for prompts, part 2: the recurrence of `deltanet` below over deltanet_prep's
+// normalised q and k and gates. Tokens go in blocks of DELTANET_BLOCK, copied into threadgroup memory; the
+// global reads of the next block are issued before the steps and kept in registers, so their latency
+// passes during the steps. A column of the state is spread over DELTANET_PARTS lanes (DELTANET_MAX_KEY_DIM /
+// DELTANET_PARTS keys each, in float4s part, part + DELTANET_PARTS, ... of a staged row: 16-byte loads,
+// the lanes of a column on distinct banks), and both sums come from the state before the update, in one
+// pass and one set of shuffles:
+//   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ).
+// The step is what the time goes to, so it has no index arithmetic and no masks (keys past key_dim are
+// zeros in the staged rows and add nothing; their state is never stored). Columns past value_dim repeat
+// the last and are not stored. grid (value_heads, ceil(value_dim / DELTANET_TOKENS_COLUMNS)).
+struct DeltaNetBlockInputs {  // a thread's reads of one block (see deltanet_tokens)
+  float4 qk[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM / 2u / DELTANET_TOKENS_THREADS];
+  float4 gate;
+  float v[DELTANET_BLOCK * DELTANET_TOKENS_COLUMNS / DELTANET_TOKENS_THREADS];
+};
+
+// Block t0's reads, clamped to the last token (tokens past n are staged but never stepped): float4 i of
+// the block's q|k rows, the gates of token tid (tid < DELTANET_BLOCK), v of (token, column) i.
+inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device const float4* qk,
+                                                 device const float4* gates, constant DeltaNetParams& p, uint t0,
+                                                 uint hv, uint kh, uint col0, uint tid) {
+  constexpr uint ROW4 = DELTANET_MAX_KEY_DIM / 2u;  // float4s of a token's q and k rows
+  const uint last = p.n - 1u, conv_dim = 2u * p.key_heads * p.key_dim + p.value_heads * p.value_dim;
+  DeltaNetBlockInputs in;
+  for (uint i = 0; i < DELTANET_BLOCK * ROW4 / DELTANET_TOKENS_THREADS; ++i) {
+    const uint f = tid + DELTANET_TOKENS_THREADS * i;
+    const float4 v = qk[(ulong(min(t0 + f / ROW4, last)) * p.key_heads + kh) * ROW4 + f % ROW4];
+    in.qk[i] = v;
+  }
+  const float4 gate = gates[ulong(min(t0 + min(tid, DELTANET_BLOCK - 1u), last)) * p.value_heads + hv];
+  in.gate = gate;
+  for (uint i = 0; i < DELTANET_BLOCK * DELTANET_TOKENS_COLUMNS / DELTANET_TOKENS_THREADS; ++i) {
+    const uint f = tid + DELTANET_TOKENS_THREADS * i, j = min(col0 + f % DELTANET_TOKENS_COLUMNS, p.value_dim - 1u);
+    in.v[i] = qkv[ulong(min(t0 + f / DELTANET_TOKENS_COLUMNS, last)) * conv_dim + 2u * p.key_heads * p.key_dim +
+                  hv * p.value_dim + j];
+  }
+  return in;
+}
+
+[[max_total_threads_per_threadgroup(DELTANET_TOKENS_THREADS)]] kernel void deltanet_tokens(
+    device const float* qkv [[buffer(0)]], device const float4* qk [[buffer(1)]], device const float4* gates [[buffer(2)]],
+    device float* state [[buffer(3)]], device float* out [[buffer(4)]], constant DeltaNetParams& p [[buffer(5)]],
+    uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  constexpr uint W4 = DELTANET_MAX_KEY_DIM / 4u;  // float4s per q or k row
+  constexpr uint P = DELTANET_PARTS, F = W4 / DELTANET_PARTS;  // a lane's float4s of a row
+  constexpr uint COLUMNS = DELTANET_TOKENS_COLUMNS;
+  static_assert(DELTANET_TOKENS_THREADS == 32u * DELTANET_TOKENS_SIMDGROUPS, "the attribute's literal");
+  static_assert(W4 % P == 0u && (DELTANET_BLOCK * 2u * W4) % DELTANET_TOKENS_THREADS == 0u &&
+                    (DELTANET_BLOCK * COLUMNS) % DELTANET_TOKENS_THREADS == 0u && DELTANET_BLOCK <= DELTANET_TOKENS_THREADS,
+                "whole float4s and values per thread and block");
+  threadgroup float4 qks[DELTANET_BLOCK * 2u * W4];  // [token][q | k]
+  threadgroup float4 gs[DELTANET_BLOCK];
+  threadgroup float vs[DELTANET_BLOCK * COLUMNS];
 
   const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
-  const uint key_total = p.key_heads * Dk, conv_dim = 2u * key_total + Hv * Dv;
   const uint hv = group.x, kh = hv / (Hv / p.key_heads);
-  const uint columns = 4u * simdgroups, col0 = group.y * columns, col = sg * 4u + lane / 8u, j = col0 + col;
-  const uint part = lane % 8u;
-  const float q_scale = 1.0f / sqrt(float(Dk)), neg_A = -exp(A_log[hv]), bias = dt_bias[hv];
+  const uint col0 = group.y * COLUMNS, col = sg * (32u / P) + lane / P, j = col0 + col, jc = min(j, Dv - 1u);
+  const uint part = lane % P;
 
   device float* S = state + ulong(hv) * Dk * Dv;
-  float s[KEYS];
-  for (uint i = 0; i < KEYS; ++i)  // keys past key_dim: any finite value (clamped), never stored
-    s[i] = S[ulong(min(4u * part + 32u * (i / 4u) + i % 4u, Dk - 1u)) * Dv + j];
+  float s[4u * F];  // key 4·(part + P·i) + e is s[4i + e]; past key_dim any finite value (clamped), never stored
+  for (uint i = 0; i < 4u * F; ++i) s[i] = S[ulong(min(4u * (part + P * (i / 4u)) + i % 4u, Dk - 1u)) * Dv + jc];
 
+  DeltaNetBlockInputs in = deltanet_block_inputs(qkv, qk, gates, p, 0u, hv, kh, col0, tid);
   for (uint t0 = 0; t0 < p.n; t0 += DELTANET_BLOCK) {
     const uint count = min(DELTANET_BLOCK, p.n - t0);
-    // q and k of the block, l2-normalised, and k·q: a simdgroup per token, 4 keys per lane, zeros past Dk.
-    for (uint t = sg; t < count; t += simdgroups) {
-      const bool mine = lane * 4u < Dk;
-      device const float* qr = qkv + ulong(t0 + t) * conv_dim + kh * Dk + min(lane * 4u, Dk - 4u);
-      device const float* kr = qr + key_total;
-      float q[4], k[4];
-      for (uint e = 0; e < 4u; ++e) q[e] = qr[e], k[e] = kr[e];
-      float qq = 0.0f, kk = 0.0f, qk = 0.0f;
-      for (uint e = 0; e < 4u; ++e) qq += q[e] * q[e], kk += k[e] * k[e], qk += q[e] * k[e];
-      qq = simd_sum(mine ? qq : 0.0f);
-      kk = simd_sum(mine ? kk : 0.0f);
-      qk = simd_sum(mine ? qk : 0.0f);
-      const float qn = mine ? q_scale / sqrt(qq + p.eps) : 0.0f, kn = mine ? 1.0f / sqrt(kk + p.eps) : 0.0f;
-      for (uint e = 0; e < 4u; ++e) qs[t * W + lane * 4u + e] = q[e] * qn, ks[t * W + lane * 4u + e] = k[e] * kn;
-      if (lane == 0u) kqs[t] = qk * qn * kn;
-    }
-    for (uint t = tid; t < count; t += threads) {  // β and the decay: a thread per token
-      const float beta = sigmoid(b[ulong(t0 + t) * Hv + hv]);
-      const float decay = exp(neg_A * softplus(a[ulong(t0 + t) * Hv + hv] + bias));
-      betas[t] = beta;
-      decays[t] = decay;
-      if (group.y == 0u && p.trace_beta != 0u) trace_beta[ulong(t0 + t) * Hv + hv] = beta;
-      if (group.y == 0u && p.trace_decay != 0u) trace_decay[ulong(t0 + t) * Hv + hv] = decay;
-    }
-    for (uint i = tid; i < count * columns; i += threads)  // v of this threadgroup's columns
-      vs[i] = qkv[ulong(t0 + i / columns) * conv_dim + 2u * key_total + hv * Dv + col0 + i % columns];
+    for (uint i = 0; i < DELTANET_BLOCK * 2u * W4 / DELTANET_TOKENS_THREADS; ++i)
+      store_float4(qks + tid + DELTANET_TOKENS_THREADS * i, in.qk[i]);
+    if (tid < DELTANET_BLOCK) store_float4(gs + tid, in.gate);
+    for (uint i = 0; i < DELTANET_BLOCK * COLUMNS / DELTANET_TOKENS_THREADS; ++i) vs[tid + DELTANET_TOKENS_THREADS * i] = in.v[i];
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The next block's reads, in flight during the steps (after the last block: the last token again).
+    in = deltanet_block_inputs(qkv, qk, gates, p, min(t0 + DELTANET_BLOCK, p.n - 1u), hv, kh, col0, tid);
 
     for (uint t = 0; t < count; ++t) {
-      threadgroup const float* kt = ks + t * W + 4u * part;
-      threadgroup const float* qt = qs + t * W + 4u * part;
-      float k[KEYS], mp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, op[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (uint i = 0; i < KEYS; ++i) {
-        k[i] = kt[32u * (i / 4u) + i % 4u];
-        mp[i % 4u] += s[i] * k[i];
-        op[i % 4u] += s[i] * qt[32u * (i / 4u) + i % 4u];
+      threadgroup const float4* qr = qks + t * 2u * W4 + part;
+      threadgroup const float4* kr = qr + W4;
+      const float4 g = gs[t];
+      float mp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, op[4] = {0.0f, 0.0f, 0.0f, 0.0f}, k[4u * F];
+      for (uint i = 0; i < F; ++i) {
+        const float4 kf = kr[P * i], qf = qr[P * i];
+        k[4u * i] = kf.x, k[4u * i + 1u] = kf.y, k[4u * i + 2u] = kf.z, k[4u * i + 3u] = kf.w;
+        mp[0] += s[4u * i] * kf.x, mp[1] += s[4u * i + 1u] * kf.y, mp[2] += s[4u * i + 2u] * kf.z, mp[3] += s[4u * i + 3u] * kf.w;
+        op[0] += s[4u * i] * qf.x, op[1] += s[4u * i + 1u] * qf.y, op[2] += s[4u * i + 2u] * qf.z, op[3] += s[4u * i + 3u] * qf.w;
       }
       float m = (mp[0] + mp[1]) + (mp[2] + mp[3]), o = (op[0] + op[1]) + (op[2] + op[3]);
-      for (ushort x = 1; x < 8; x <<= 1) {
+      for (ushort x = 1; x < P; x <<= 1) {
         m += simd_shuffle_xor(m, x);
         o += simd_shuffle_xor(o, x);
       }
-      const float decay = decays[t];
-      const float delta = betas[t] * (vs[t * columns + col] - decay * m);
-      o = decay * o + delta * kqs[t];
-      for (uint i = 0; i < KEYS; ++i) s[i] = s[i] * decay + k[i] * delta;
-      if (part == 0u) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + j] = o;
+      const float decay = g.x;
+      const float delta = g.y * (vs[t * COLUMNS + col] - decay * m);
+      o = decay * o + delta * g.z;
+      for (uint i = 0; i < 4u * F; ++i) s[i] = s[i] * decay + k[i] * delta;
+      if (part == 0u && j < Dv) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + j] = o;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the next block overwrites the staged tokens
   }
-  for (uint i = 0; i < KEYS; ++i) {  // a constant trip count keeps s[] in registers
-    const uint key = 4u * part + 32u * (i / 4u) + i % 4u;
-    if (key < Dk) S[ulong(key) * Dv + j] = s[i];
+  for (uint i = 0; i < 4u * F; ++i) {  // a constant trip count keeps s[] in registers
+    const uint key = 4u * (part + P * (i / 4u)) + i % 4u;
+    if (key < Dk && j < Dv) S[ulong(key) * Dv + j] = s[i];
   }
 }
 

@@ -32,7 +32,10 @@ inline void exact_weight_run(thread const WeightDesc& w, device const uchar* dat
 }
 
 // out_j[t, r] = W_j[r] · x[t] in fp32 for up to GEMV_MAX_JOBS matrices that read the same x [n, cols],
-// the row tiles of all jobs numbered consecutively (GemmParams, tiles of GEMM_EXACT_TILE rows).
+// the row tiles of all jobs numbered consecutively (GemmParams, tiles of GEMM_EXACT_TILE rows). With
+// p.parts > 1, threadgroup z takes columns z·part_cols .. and writes its sums to
+// partial [parts, n, total_tiles · GEMM_EXACT_TILE] (rows numbered across the jobs' tiles) for
+// gemm_exact_sum.
 // Threadgroup (row tile, token tile): GEMM_EXACT_TILE tokens x GEMM_EXACT_TILE rows; thread (ty, tx)
 // of 16x16 holds the 4x4 outputs of tokens ty + 16i and rows tx + 16j. Each K-step stores x and the
 // dequantised W column-major in threadgroup memory ([k][token], [k][row]: a warp's stores and its
@@ -46,8 +49,9 @@ inline void exact_weight_run(thread const WeightDesc& w, device const uchar* dat
                        device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
                        device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
                        device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
-                       device const float* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
-                       uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]]) {
+                       device const float* x [[buffer(16)]], device float* partial [[buffer(17)]],
+                       constant GemmParams& p [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
+                       uint tid [[thread_index_in_threadgroup]]) {
   threadgroup float xs[GEMM_EXACT_K * GEMM_EXACT_TILE];
   threadgroup float ws[GEMM_EXACT_K * GEMM_EXACT_TILE];
   const uint tile = group.x, t0 = GEMM_EXACT_TILE * group.y;
@@ -70,7 +74,8 @@ inline void exact_weight_run(thread const WeightDesc& w, device const uchar* dat
   float acc[4][4];
   for (uint i = 0; i < 4u; ++i)
     for (uint c = 0; c < 4u; ++c) acc[i][c] = 0.0f;
-  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_EXACT_K) {
+  const uint k_begin = group.z * p.part_cols, k_end = min(p.cols, k_begin + p.part_cols);
+  for (uint k0 = k_begin; k0 < k_end; k0 += GEMM_EXACT_K) {
     for (uint r = 0; r < EXACT_RUNS_PER_THREAD; ++r) {
       const uint run = first_run + uint(GEMM_EXACT_THREADS) / GEMM_EXACT_TILE * r, c = k0 + 8u * run;
       float xv[8], wv[8];
@@ -91,11 +96,33 @@ inline void exact_weight_run(thread const WeightDesc& w, device const uchar* dat
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
+  const uint padded_rows = p.total_tiles * GEMM_EXACT_TILE;
   for (uint i = 0; i < 4u; ++i) {
     const uint t = t0 + ty + 16u * i;
     for (uint c = 0; c < 4u; ++c) {
       const uint row = row0 + tx + 16u * c;
-      if (t < p.n && row < w.rows) out[ulong(t) * w.rows + row] = acc[i][c];
+      if (t < p.n && row < w.rows) {
+        if (p.parts > 1u) partial[(ulong(group.z) * p.n + t) * padded_rows + GEMM_EXACT_TILE * tile + tx + 16u * c] = acc[i][c];
+        else out[ulong(t) * w.rows + row] = acc[i][c];
+      }
     }
   }
+}
+
+// out_j[t, r] = the sum of gemm_exact's parts for (t, r), parts in order. One thread per (token, row of
+// the jobs' tiles); rows past a job's matrix are skipped.
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void gemm_exact_sum(device float* out0 [[buffer(0)]], device float* out1 [[buffer(1)]],
+                           device float* out2 [[buffer(2)]], device float* out3 [[buffer(3)]],
+                           device const float* partial [[buffer(4)]], constant GemmParams& p [[buffer(5)]],
+                           uint i [[thread_position_in_grid]]) {
+  const uint padded_rows = p.total_tiles * GEMM_EXACT_TILE, count = p.n * padded_rows;
+  const uint ic = min(i, count - 1u), t = ic / padded_rows, pr = ic % padded_rows, tile = pr / GEMM_EXACT_TILE;
+  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
+                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
+  const uint rows = j == 0u ? p.w[0].rows : j == 1u ? p.w[1].rows : j == 2u ? p.w[2].rows : p.w[3].rows;
+  const uint row = pr - GEMM_EXACT_TILE * (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]);
+  float sum = 0.0f;
+  for (uint s = 0; s < p.parts; ++s) sum += partial[(ulong(s) * p.n + t) * padded_rows + pr];
+  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+  if (i < count && row < rows) out[ulong(t) * rows + row] = sum;
 }

@@ -78,6 +78,13 @@
 #define GEMM_EXACT_TILE 64u
 #define GEMM_EXACT_K 32u
 #define GEMM_EXACT_THREADS 256
+// A launch of fewer than GEMM_EXACT_TARGET_THREADGROUPS / 2 threadgroups (a short chunk: the router's
+// 5 row tiles x 8 token tiles at 512 tokens) splits the columns into parts of at least
+// GEMM_EXACT_MIN_PART_STEPS K-steps, doubling the parts while the launch stays under the target.
+#ifndef GEMM_EXACT_TARGET_THREADGROUPS
+#define GEMM_EXACT_TARGET_THREADGROUPS 1024u
+#endif
+#define GEMM_EXACT_MIN_PART_STEPS 4u
 
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
@@ -117,10 +124,15 @@
 #define DELTANET_MAX_KEY_DIM 128u
 #define DELTANET_MAX_VALUE_DIM 128
 #define DELTANET_MAX_THREADS 512
-// deltanet_tokens (prompts, n > 1): tokens staged per block in threadgroup memory, simdgroups per
-// threadgroup (4 columns each).
+// deltanet_tokens (prompts, n > 1): tokens staged per block in threadgroup memory; lanes per column of the
+// state (DELTANET_MAX_KEY_DIM / DELTANET_PARTS keys each: 8 lanes keep the shuffles and loads per state
+// element low, which is what bounds the kernel); simdgroups per threadgroup, so columns per threadgroup.
+// deltanet_prep runs on DELTANET_TOKENS_THREADS too.
 #define DELTANET_BLOCK 16u
+#define DELTANET_PARTS 8u
 #define DELTANET_TOKENS_SIMDGROUPS 4u
+#define DELTANET_TOKENS_THREADS 128  // DELTANET_TOKENS_SIMDGROUPS * 32, as a literal for the kernels' attribute
+#define DELTANET_TOKENS_COLUMNS (DELTANET_TOKENS_SIMDGROUPS * 32u / DELTANET_PARTS)
 // The router runs one thread per expert.
 #define ROUTER_MAX_EXPERTS 512u
 #define ROUTER_MAX_K 64u
@@ -174,6 +186,8 @@ struct GemmParams {
   uint n;     // tokens
   uint cols;  // of every matrix; x: fp32 rows of cols (gemm_exact), half rows (gemm, gemm_wide: half_rows)
   uint total_tiles;
+  uint parts;      // gemm_exact: the columns in `parts` parts of part_cols, summed by gemm_exact_sum
+  uint part_cols;  // (parts > 1), so that a short chunk still fills the GPU
 };
 
 // The tiled kernels' activations: fp32 rows [n, cols] rounded to half once (half_rows), each row

@@ -1,5 +1,5 @@
 // DeltaNet prefill on the GPU backend's tiled path (precision "fp16" from TILED_FROM tokens: the
-// token-parallel conv; the delta rule on deltanet_tokens), end to end on the CPU emulator (and on a Mac's
+// token-parallel conv; the delta rule on deltanet_prep and deltanet_tokens), end to end on the CPU emulator (and on a Mac's
 // GPU; or on MOELENS_TEST_GPU_BACKEND, e.g. "cuda"), against the CPU backend on each fixture's longest
 // prompt, cut to 70 tokens (past TILED_FROM, four blocks of DELTANET_BLOCK and a 64-token chunk): the logits of every position, then decoding from the conv and
 // DeltaNet states the prefill left.

@@ -89,6 +89,9 @@ class Backend {
   // Starts the work recorded so far without waiting for it (a GPU runs it while the host records the
   // next step); reads and synchronize() wait as before. Nothing to do where work runs at once.
   virtual void flush() {}
+  // A forward chunk of n tokens begins (its ops follow): a backend may launch a prompt's kernels
+  // differently from a decode step's.
+  virtual void begin_chunk(int n) { (void)n; }
 
   // out[n, hidden] = rows `ids` of the embedding table
   virtual void embed(const Weight& table, View ids, int n, View out) = 0;

@@ -287,6 +287,7 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
   ensure_kv_capacity(pos_ + m);
   hooks.begin_chunk(m, pos_, offset);
 
+  be_.begin_chunk(m);
   if (io.host_ids) be_.write(s.ids, io.host_ids, size_t(m));
   be_.embed(model_.embed(), io.host_ids ? View(s.ids) : io.device_ids, m, s.h);
   hooks.tap(HookId::Embed, -1, s.h);

@@ -79,6 +79,13 @@ void GpuBackend::flush() {
   if (pending_) runtime_->submit();  // pending_ stays set: finish_locked() still waits for it
 }
 
+// A prompt chunk's kernels launch one after another: overlapping each launch with the previous kernel
+// (Dispatch::overlap) measured 27 % slower at 512 tokens on the H200 (docs/metal.md, "CUDA launches").
+void GpuBackend::begin_chunk(int n) {
+  auto lock = enter();
+  prompt_ = n >= prefill_min_tokens_;
+}
+
 void GpuBackend::scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats) {
   if (!slot || slot->count() < floats) slot = std::make_unique<GpuBuffer>(*this, ElemType::F32, floats);
 }

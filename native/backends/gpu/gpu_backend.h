@@ -69,6 +69,7 @@ class GpuBackend final : public Backend {
   void fill(View dst, float value, size_t count) override;
   void synchronize() override;
   void flush() override;
+  void begin_chunk(int n) override;
 
   void embed(const Weight& table, View ids, int n, View out) override;
   void rms_norm(View x, View weight, int rows, int dim, float eps, View out) override;
@@ -127,6 +128,7 @@ class GpuBackend final : public Backend {
   int prefill_min_tokens_ = int(PREFILL_MIN_TOKENS);
   std::recursive_mutex mu_;
   bool pending_ = false;                       // work recorded since the last finish
+  bool prompt_ = false;                        // the chunk being recorded has prefill_min_tokens or more
   std::vector<DeviceBuffer*> graveyard_;       // freed while pending; destroyed after the finish
   std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
   // internal scratch, grown on demand
@@ -135,6 +137,9 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
   std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
+  std::unique_ptr<GpuBuffer> exact_parts_;        // gemm_exact's sums per part of the columns (gemm_exact_sum)
+  // DeltaNet prompts: deltanet_prep's normalised q and k rows and gates, read by deltanet_tokens
+  std::unique_ptr<GpuBuffer> deltanet_qk_, deltanet_gates_;
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the
   // session's residual add then the next norm), both run as one add_rms_norm launch.
   struct PendingAdd {

@@ -30,6 +30,9 @@ struct Dispatch {
   int params_index = -1;
   uint32_t grid[3] = {1, 1, 1};
   uint32_t threads[3] = {1, 1, 1};
+  // May be launched while the previous kernel still runs, its threads waiting at entry until that one has
+  // finished (CUDA: programmatic dependent launch); runtimes that cannot ignore it.
+  bool overlap = true;
 };
 
 // The host's side of recording and submitting work, counted like Runtime::stats(): what a report per

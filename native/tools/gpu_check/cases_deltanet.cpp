@@ -44,8 +44,9 @@ void add_deltanet_cases(Cases& all) {
     c.expect_close("conv_silu state", st, size_t(kernel - 1) * channels, 0.0f);
   });
 
-  // One token, or a traced state norm, runs `deltanet`; longer calls deltanet_tokens: blocks of
-  // DELTANET_BLOCK tokens, ragged last blocks, 2 and 4 simdgroups per threadgroup, GQA, key_dim below the
+  // One token, or a traced state norm, runs `deltanet`; longer calls deltanet_prep and deltanet_tokens:
+  // blocks of DELTANET_BLOCK tokens, ragged last blocks, value_dim not a multiple of the threadgroup's
+  // DELTANET_TOKENS_COLUMNS (24: columns past it computed, not stored), GQA, key_dim below the
   // staged width (24, 32, 64: zero-padded keys) and 130 tokens crossing two 64-token boundaries. Both leave
   // the state the next call continues from.
   enum class Traced { none, gates, all };

@@ -9,10 +9,10 @@
 // updated in place, and the graph is launched as one unit, without waiting, so that the host records
 // step n+1 while the GPU runs step n. Updates never affect a launch in flight.
 //
-// Programmatic dependent launch (compute capability 9.0 and later): each kernel may be launched while
-// the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel) until that
-// kernel has finished, so the launch latency between two kernels is hidden. MOELENS_CUDA_PDL=0 turns
-// it off.
+// Programmatic dependent launch (compute capability 9.0 and later, with MOELENS_CUDA_PDL=1): each kernel of
+// a decode step may be launched while the previous one still runs; its blocks wait at entry
+// (msl_cuda::await_previous_kernel) until that kernel has finished. Prompt chunks always launch plainly
+// (Dispatch::overlap). Off by default: on the H200 it measured slower for both (docs/metal.md).
 //
 // MOELENS_CUDA_GRAPH=0 launches each kernel directly instead; MOELENS_CUDA_PROFILE=1 does so too and
 // times every kernel with events (stats() then lists GPU time per kernel; launches are plain there).
@@ -101,7 +101,7 @@ class CudaRuntime final : public Runtime {
     int device = 0, major = 0;
     check(cudaGetDevice(&device), "device");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "device attribute");
-    programmatic_ = major >= 9 && !env_is("MOELENS_CUDA_PDL", "0");
+    programmatic_ = major >= 9 && env_is("MOELENS_CUDA_PDL", "1");
   }
   ~CudaRuntime() override {
     cudaStreamSynchronize(stream_);
@@ -153,7 +153,7 @@ class CudaRuntime final : public Runtime {
     cudaLaunchAttribute programmatic{};
     programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     programmatic.val.programmaticStreamSerializationAllowed = 1;
-    if (programmatic_ && !profile_) config.attrs = &programmatic, config.numAttrs = 1;
+    if (programmatic_ && !profile_ && d.overlap) config.attrs = &programmatic, config.numAttrs = 1;
     check(cudaLaunchKernelExC(&config, call.func, call.args), kernels::kInfo[d.kernel].name);
     if (profile_) {
       check(cudaEventRecord(end, stream_), "event");
@@ -252,7 +252,7 @@ class CudaRuntime final : public Runtime {
   static bool same_kernels(const std::vector<Dispatch>& a, const std::vector<Dispatch>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].kernel != b[i].kernel) return false;
+      if (a[i].kernel != b[i].kernel || a[i].overlap != b[i].overlap) return false;
     return true;
   }
 
@@ -296,17 +296,16 @@ class CudaRuntime final : public Runtime {
     Graph& g = graphs_.back();
     check(cudaGraphCreate(&g.graph, 0), "graph create");
     g.nodes.resize(recorded_.size());
-    cudaGraphEdgeData edge{};
-    if (programmatic_) {  // node i may launch once every block of node i-1 has passed await_previous_kernel
-      edge.from_port = cudaGraphKernelNodePortProgrammatic;
-      edge.type = cudaGraphDependencyTypeProgrammatic;
-    }
+    cudaGraphEdgeData plain{}, programmatic{};  // programmatic: node i may launch once every block of node
+    programmatic.from_port = cudaGraphKernelNodePortProgrammatic;  // i-1 has passed await_previous_kernel
+    programmatic.type = cudaGraphDependencyTypeProgrammatic;
     for (size_t i = 0; i < recorded_.size(); ++i) {
       KernelLaunch launch;
       CudaKernelCall call;
       describe(recorded_[i], launch, call);
       const cudaKernelNodeParams p = node_params(launch, call);
       check(cudaGraphAddKernelNode(&g.nodes[i], g.graph, nullptr, 0, &p), kernels::kInfo[recorded_[i].kernel].name);
+      const cudaGraphEdgeData& edge = programmatic_ && recorded_[i].overlap ? programmatic : plain;
       if (i) check(cudaGraphAddDependencies(g.graph, &g.nodes[i - 1], &g.nodes[i], &edge, 1), "graph edge");
     }
     check(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");

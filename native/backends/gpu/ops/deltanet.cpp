@@ -38,12 +38,18 @@ void GpuBackend::deltanet(View qkv, View b, View a, View A_log, View dt_bias, Vi
   // A prompt stages its tokens in blocks (deltanet_tokens) unless the state norm is traced, which sums over a
   // whole head in one threadgroup.
   if (n > 1 && !trace.state_norm) {
-    uint32_t simdgroups = DELTANET_TOKENS_SIMDGROUPS;  // 4 columns each, dividing value_dim
-    while ((p.value_dim / 4) % simdgroups != 0) simdgroups /= 2;
+    // What does not depend on the state, for every token at once, then the recurrence over it.
+    scratch(deltanet_qk_, size_t(n) * p.key_heads * 2 * DELTANET_MAX_KEY_DIM);
+    scratch(deltanet_gates_, size_t(n) * p.value_heads * 4);
+    namespace dp = k::deltanet_prep;
+    Call(*this, dp::id).buf(dp::qkv, qkv).buf(dp::b, b).buf(dp::a, a).buf(dp::A_log, A_log).buf(dp::dt_bias, dt_bias)
+        .buf(dp::qk, deltanet_qk_.get()).buf(dp::gates, deltanet_gates_.get()).opt(dp::trace_beta, trace.beta)
+        .opt(dp::trace_decay, trace.decay).params(dp::p, p)
+        .grid(ceil_div(p.n * p.key_heads, DELTANET_TOKENS_SIMDGROUPS)).threads(DELTANET_TOKENS_THREADS).run();
     namespace dt = k::deltanet_tokens;
-    Call(*this, dt::id).buf(dt::qkv, qkv).buf(dt::b, b).buf(dt::a, a).buf(dt::A_log, A_log).buf(dt::dt_bias, dt_bias)
-        .buf(dt::state, state).buf(dt::out, out).opt(dt::trace_beta, trace.beta).opt(dt::trace_decay, trace.decay)
-        .params(dt::p, p).grid(p.value_heads, p.value_dim / (4 * simdgroups)).threads(32 * simdgroups).run();
+    Call(*this, dt::id).buf(dt::qkv, qkv).buf(dt::qk, deltanet_qk_.get()).buf(dt::gates, deltanet_gates_.get())
+        .buf(dt::state, state).buf(dt::out, out).params(dt::p, p)
+        .grid(p.value_heads, ceil_div(p.value_dim, DELTANET_TOKENS_COLUMNS)).threads(DELTANET_TOKENS_THREADS).run();
     return;
   }
   // 8 columns of a head per threadgroup (one simdgroup); the whole head in one when its state norm is traced.

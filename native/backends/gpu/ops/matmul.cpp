@@ -129,7 +129,25 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
     p.total_tiles += ceil_div(w.desc.rows, GEMM_EXACT_TILE);
     call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
   }
-  call.buf(g::x, x).params(g::p, p).grid(p.total_tiles, ceil_div(p.n, GEMM_EXACT_TILE)).threads(GEMM_EXACT_THREADS).run();
+  // A short chunk's launch is split along the columns until it has about GEMM_EXACT_TARGET_THREADGROUPS
+  // threadgroups, each part at least GEMM_EXACT_MIN_PART_STEPS K-steps; gemm_exact_sum adds the parts.
+  const uint32_t blocks = p.total_tiles * ceil_div(p.n, GEMM_EXACT_TILE), steps = ceil_div(p.cols, GEMM_EXACT_K);
+  uint32_t parts = 1;
+  while (size_t(blocks) * parts * 2 <= GEMM_EXACT_TARGET_THREADGROUPS && steps / (parts * 2) >= GEMM_EXACT_MIN_PART_STEPS)
+    parts *= 2;
+  p.part_cols = ceil_div(steps, parts) * GEMM_EXACT_K;
+  p.parts = ceil_div(p.cols, p.part_cols);
+  const size_t padded = size_t(p.total_tiles) * GEMM_EXACT_TILE * p.n;
+  if (p.parts > 1) scratch(exact_parts_, padded * p.parts);
+  call.buf(g::x, x).buf(g::partial, p.parts > 1 ? exact_parts_.get() : nullptr).params(g::p, p)
+      .grid(p.total_tiles, ceil_div(p.n, GEMM_EXACT_TILE), p.parts).threads(GEMM_EXACT_THREADS).run();
+  if (p.parts == 1) return;
+  namespace gs = k::gemm_exact_sum;
+  Call sum(*this, gs::id);
+  const int sum_at[] = {gs::out0, gs::out1, gs::out2, gs::out3};
+  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) sum.opt(sum_at[j], j < count ? jobs[j].out : View());
+  sum.buf(gs::partial, exact_parts_.get()).params(gs::p, p).grid(ceil_div(padded, ELEMENTWISE_THREADS))
+      .threads(ELEMENTWISE_THREADS).run();
 }
 
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
