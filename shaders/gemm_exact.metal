@@ -8,26 +8,54 @@ using namespace metal;
 
 #define EXACT_RUNS_PER_THREAD (GEMM_EXACT_TILE * GEMM_EXACT_K / 8u / uint(GEMM_EXACT_THREADS))
 
-// Columns k0 .. k0+7 (past w.cols: zero) of weight row `row` (already clamped to the matrix), dequantised
-// in fp32 into v: scale·q + bias per MLX affine group (a run of 8 lies in one group), or the dense values.
-inline void exact_weight_run(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                             device const uchar* biases, ulong row, uint k0, thread float* v) {
+// A thread's reads of one K-step, kept raw so that they are in flight during the step before: columns
+// c .. c+7 of its x row and of its weight row (clamped to the row; masked when stored). Quantized: w[0],
+// w[1] the words of the values (q4: w[0]), w[2] and w[3] the words of the group's scale and bias; bf16
+// and f16: the 8 values' bits; f32: the 8 values' bits.
+struct ExactRun {
+  float x[8];
+  uint w[8];
+};
+
+inline ExactRun exact_fetch(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
+                            device const uchar* biases, ulong row, device const float* xrow, uint cols, uint c) {
+  ExactRun r;
+  for (uint e = 0; e < 8u; ++e) r.x[e] = xrow[min(c + e, cols - 1u)];
   device const uchar* row_data = data + row * w.row_bytes;
   const bool q4 = w.format == WEIGHT_Q4;
   if (q4 || w.format == WEIGHT_Q8) {
-    const uint words = w.row_bytes / 4u, per_word = q4 ? 8u : 4u;
-    const uint wi = min(k0 / per_word, words - 1u), wj = min(wi + 1u, words - 1u), group = wi >> w.group_shift;
-    const uint v0 = ((device const uint*)row_data)[wi];
-    const uint v1 = ((device const uint*)row_data)[wj];
-    const float sc = load_scale(scales + row * w.scale_row_bytes, group, w.scale_type);
-    const float bi = load_scale(biases + row * w.scale_row_bytes, group, w.scale_type);
+    const uint words = w.row_bytes / 4u, wi = min(c / (q4 ? 8u : 4u), words - 1u), group = wi >> w.group_shift;
+    r.w[0] = ((device const uint*)row_data)[wi];
+    r.w[1] = ((device const uint*)row_data)[min(wi + 1u, words - 1u)];
+    r.w[2] = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    r.w[3] = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    for (uint e = 4u; e < 8u; ++e) r.w[e] = 0u;
+  } else if (w.format == WEIGHT_F32) {
+    for (uint e = 0; e < 8u; ++e) r.w[e] = as_type<uint>(((device const float*)row_data)[min(c + e, w.cols - 1u)]);
+  } else {
+    for (uint e = 0; e < 8u; ++e) r.w[e] = uint(((device const ushort*)row_data)[min(c + e, w.cols - 1u)]);
+  }
+  return r;
+}
+
+// The fetched run dequantised in fp32 (scale·q + bias per MLX affine group: a run of 8 lies in one
+// group), zero past the row.
+inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, uint c, thread float* v) {
+  const bool q4 = w.format == WEIGHT_Q4;
+  if (q4 || w.format == WEIGHT_Q8) {
+    const uint group = min(c / (q4 ? 8u : 4u), w.row_bytes / 4u - 1u) >> w.group_shift;
+    const float sc = scale_in_word(r.w[2], group, w.scale_type), bi = scale_in_word(r.w[3], group, w.scale_type);
     for (uint e = 0; e < 8u; ++e) {
-      const float q = q4 ? unpack(v0, 4u * e, 15u) : unpack(e < 4u ? v0 : v1, 8u * (e & 3u), 255u);
-      v[e] = k0 + e < w.cols ? sc * q + bi : 0.0f;
+      const float q = q4 ? unpack(r.w[0], 4u * e, 15u) : unpack(e < 4u ? r.w[0] : r.w[1], 8u * (e & 3u), 255u);
+      v[e] = c + e < w.cols ? sc * q + bi : 0.0f;
     }
   } else {
-    for (uint e = 0; e < 8u; ++e) v[e] = load_dense(row_data, min(k0 + e, w.cols - 1u), w.format);
-    for (uint e = 0; e < 8u; ++e) v[e] = k0 + e < w.cols ? v[e] : 0.0f;
+    for (uint e = 0; e < 8u; ++e) {
+      const ushort bits = ushort(r.w[e] & 0xffffu);
+      const float value = w.format == WEIGHT_F32 ? as_type<float>(r.w[e])
+                          : w.format == WEIGHT_BF16 ? bf16_bits_to_float(bits) : f16_bits_to_float(bits);
+      v[e] = c + e < w.cols ? value : 0.0f;
+    }
   }
 }
 
@@ -65,8 +93,8 @@ inline void exact_weight_run(thread const WeightDesc& w, device const uchar* dat
   device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
   device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
 
-  // Loading: thread tid takes row (token) tid % 64 and runs of 8 columns tid / 64, +4 ...; rows past
-  // the matrix or the chunk repeat the last one (their outputs are not stored).
+  // Loading: thread tid takes row (token) tid % 64 and the run of 8 columns tid / 64 of each K-step, read
+  // a step ahead; rows past the matrix or the chunk repeat the last one (their outputs are not stored).
   const uint load_row = tid % GEMM_EXACT_TILE, first_run = tid / GEMM_EXACT_TILE;
   device const float* xrow = x + ulong(min(t0 + load_row, p.n - 1u)) * p.cols;
   const ulong wrow = ulong(min(row0 + load_row, w.rows - 1u));
@@ -74,19 +102,20 @@ inline void exact_weight_run(thread const WeightDesc& w, device const uchar* dat
   float acc[4][4];
   for (uint i = 0; i < 4u; ++i)
     for (uint c = 0; c < 4u; ++c) acc[i][c] = 0.0f;
+  static_assert(EXACT_RUNS_PER_THREAD == 1u, "one run of 8 columns per thread and K-step");
   const uint k_begin = group.z * p.part_cols, k_end = min(p.cols, k_begin + p.part_cols);
+  ExactRun r = exact_fetch(w, data, scales, biases, wrow, xrow, p.cols, k_begin + 8u * first_run);
   for (uint k0 = k_begin; k0 < k_end; k0 += GEMM_EXACT_K) {
-    for (uint r = 0; r < EXACT_RUNS_PER_THREAD; ++r) {
-      const uint run = first_run + uint(GEMM_EXACT_THREADS) / GEMM_EXACT_TILE * r, c = k0 + 8u * run;
-      float xv[8], wv[8];
-      for (uint e = 0; e < 8u; ++e) xv[e] = xrow[min(c + e, p.cols - 1u)];
-      exact_weight_run(w, data, scales, biases, wrow, c, wv);
-      for (uint e = 0; e < 8u; ++e) {
-        xs[(8u * run + e) * GEMM_EXACT_TILE + load_row] = c + e < p.cols ? xv[e] : 0.0f;
-        ws[(8u * run + e) * GEMM_EXACT_TILE + load_row] = wv[e];
-      }
+    const uint run_col = k0 + 8u * first_run;
+    float wv[8];
+    exact_weights(r, w, run_col, wv);
+    for (uint e = 0; e < 8u; ++e) {
+      xs[(8u * first_run + e) * GEMM_EXACT_TILE + load_row] = run_col + e < p.cols ? r.x[e] : 0.0f;
+      ws[(8u * first_run + e) * GEMM_EXACT_TILE + load_row] = wv[e];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The next step's reads, in flight during the products (after the last: clamped, unused).
+    r = exact_fetch(w, data, scales, biases, wrow, xrow, p.cols, run_col + GEMM_EXACT_K);
     for (uint kk = 0; kk < GEMM_EXACT_K; ++kk) {
       float a[4], b[4];
       for (uint i = 0; i < 4u; ++i) a[i] = xs[kk * GEMM_EXACT_TILE + ty + 16u * i];
