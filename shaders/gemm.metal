@@ -67,8 +67,8 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
                  device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
                  uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
-  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS)];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS, GEMM_K)];
   threadgroup float staging[4u * 8u * STAGING_LD];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   const uint t0 = GEMM_TILE_TOKENS * group.y;
@@ -83,16 +83,17 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid);
+  const uint runs = TILE_RUNS_PER_THREAD;
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_K, tid);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    store_activations(xr, xt, tid, GEMM_THREADS);
-    store_weights(wr, w, k0, wt, tid);
+    store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
+    store_weights(wr, w, job.data, job.scales, job.biases, job.row0, w.rows, k0, GEMM_K, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid);
-    tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
+    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, GEMM_K, tid);
+    tile_products(xt, wt, GEMM_K, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
 
@@ -124,8 +125,8 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
                       device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
                       uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                       uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 x_words[TILE_WORDS(GEMM_WIDE_TILE)];
-  threadgroup uint4 w_words[TILE_WORDS(GEMM_WIDE_TILE)];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_WIDE_TILE, GEMM_WIDE_K)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_WIDE_TILE, GEMM_WIDE_K)];
   threadgroup uint row_of[GEMM_WIDE_TILE];
   const uint t0 = GEMM_WIDE_TILE * group.y;
   const GemmJob job = gemm_job(p, group.x, GEMM_WIDE_TILE, w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3);
@@ -139,16 +140,17 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   simdgroup_float8x8 acc[32];
   for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_WIDE_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, tid);
-  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    store_activations(xr, xt, tid, GEMM_WIDE_THREADS);
-    store_weights(wr, w, k0, wt, tid);
+  const uint runs = GEMM_WIDE_TILE * GEMM_WIDE_K / 8u / uint(GEMM_WIDE_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_WIDE_K, tid);
+  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_WIDE_K) {
+    store_activations(xr, xt, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
+    store_weights(wr, w, job.data, job.scales, job.biases, job.row0, w.rows, k0, GEMM_WIDE_K, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_WIDE_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, tid);
-    tile_products(xt, wt, 64u * m, 32u * c, 8u, acc);
+    xr = fetch_activations(x, ld, row_of, k0 + GEMM_WIDE_K, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_WIDE_K, GEMM_WIDE_K, tid);
+    tile_products(xt, wt, GEMM_WIDE_K, 64u * m, 32u * c, 8u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
 

@@ -129,10 +129,8 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
                               device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
                               uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
-  threadgroup uint4 g_words[TILE_WORDS(GEMM_TILE_ROWS)];
-  threadgroup uint4 u_words[TILE_WORDS(GEMM_TILE_ROWS)];
-  threadgroup float staging[4u * 2u * 8u * STAGING_LD];
+  // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
+  threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   const uint e = group.z, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
@@ -141,9 +139,9 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
 
-  threadgroup half* xt = (threadgroup half*)x_words;
-  threadgroup half* gt = (threadgroup half*)g_words;
-  threadgroup half* ut = (threadgroup half*)u_words;
+  threadgroup half* xt = (threadgroup half*)tile_words;
+  threadgroup half* gt = xt + GEMM_TILE_TOKENS * TILE_LD(GEMM_K);
+  threadgroup half* ut = gt + GEMM_TILE_ROWS * TILE_LD(GEMM_K);
   device const uchar* gdata = b.shared ? sgw : gw + expert_bytes(p.gate, ec);
   device const uchar* gscales = b.shared ? sgs : gs + expert_scale_bytes(p.gate, ec);
   device const uchar* gbiases = b.shared ? sgb : gb + expert_scale_bytes(p.gate, ec);
@@ -163,24 +161,25 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
     acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
   const uint ld = HALF_ROW_LD(p.hidden);
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, tid);
-  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, tid);
+  const uint runs = TILE_RUNS_PER_THREAD;
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
-    store_activations(xr, xt, tid, GEMM_THREADS);
-    store_weights(gr, gd, k0, gt, tid);
-    store_weights(ur, ud, k0, ut, tid);
+    store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
+    store_weights(gr, gd, gdata, gscales, gbiases, i0, gd.rows, k0, GEMM_K, gt, tid);
+    store_weights(ur, ud, udata, uscales, ubiases, i0, ud.rows, k0, GEMM_K, ut, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, tid);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, tid);
-    tile_products(xt, gt, 32u * m, 32u * c, 4u, acc_g);
-    tile_products(xt, ut, 32u * m, 32u * c, 4u, acc_u);
+    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid);
+    tile_products(xt, gt, GEMM_K, 32u * m, 32u * c, 4u, acc_g);
+    tile_products(xt, ut, GEMM_K, 32u * m, 32u * c, 4u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
-  threadgroup float* gslab = staging + sg * 2u * 8u * STAGING_LD;
+  threadgroup float* gslab = (threadgroup float*)tile_words + sg * 2u * 8u * STAGING_LD;
   threadgroup float* uslab = gslab + 8u * STAGING_LD;
   const uint i = i0 + 32u * c + lane, h_ld = HALF_ROW_LD(gd.rows);
   device ushort* dst = b.shared ? sh : h + ulong(b.begin) * h_ld;
@@ -209,8 +208,8 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
                            constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS)];
-  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS)];
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS, GEMM_K)];
   threadgroup float staging[4u * 8u * STAGING_LD];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
@@ -239,16 +238,17 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
-  ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, tid);
+  const uint runs = TILE_RUNS_PER_THREAD;
+  ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
-    store_activations(xr, xt, tid, GEMM_THREADS);
-    store_weights(wr, dd, k0, wt, tid);
+    store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
+    store_weights(wr, dd, data, scales, biases, c0, dd.rows, k0, GEMM_K, wt, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, tid, GEMM_THREADS);
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, tid);
-    tile_products(xt, wt, 32u * m, 32u * c, 4u, acc);
+    xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid);
+    tile_products(xt, wt, GEMM_K, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 

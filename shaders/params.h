@@ -53,24 +53,29 @@
 #ifndef PREFILL_CHUNK
 #define PREFILL_CHUNK 4096u
 #endif
-// The tiled prefill kernels (shaders/gemm.metal): a threadgroup of GEMM_THREADS (4 simdgroups, 2x2)
-// computes a tile of GEMM_TILE_TOKENS tokens x GEMM_TILE_ROWS output rows, each simdgroup a 32x32
-// quarter as 4x4 simdgroup matrices of 8x8, stepping through the columns GEMM_K at a time. The tiles
-// hold half (the matrix units' operands), rows padded by GEMM_PAD halfs (80 bytes apart: the 8 rows
-// of an 8x8 load fall on distinct banks); the epilogue's fp32 rows by GEMM_OUT_PAD floats.
+// The tiled prefill kernels (shaders/gemm.metal, moe_prefill.metal): a threadgroup of GEMM_THREADS
+// (4 simdgroups, 2x2) computes a tile of GEMM_TILE_TOKENS tokens x GEMM_TILE_ROWS output rows, each
+// simdgroup a 32x32 quarter as 4x4 simdgroup matrices of 8x8, stepping through the columns GEMM_K at
+// a time. GEMM_K is one quantization group of the MLX checkpoints: per half row and step a thread
+// makes one 16-byte load of 4-bit values, one scale and one bias load, and each step has 64 columns
+// of reads in flight. The tiles hold half (the matrix units' operands), rows padded by GEMM_PAD halfs
+// (144 bytes apart at 64 columns, 80 at 32: an odd number of 16-byte units, so the 8 rows of an 8x8
+// load fall on distinct banks); the epilogue's fp32 rows by GEMM_OUT_PAD floats.
 #define GEMM_TILE_TOKENS 64u
 #define GEMM_TILE_ROWS 64u
-#define GEMM_K 32u
+#define GEMM_K 64u
 #define GEMM_PAD 8u
 #define GEMM_OUT_PAD 8u
 #define GEMM_THREADS 128
 // Chunks of at least GEMM_WIDE_MIN_TOKENS tokens run gemm_wide: tiles of GEMM_WIDE_TILE tokens x
-// GEMM_WIDE_TILE rows on GEMM_WIDE_THREADS (8 simdgroups of 64x32), the epilogue staged in the
-// activation tile (8 slabs of 8 x STAGING_LD floats fit in its 128 x 40 halfs).
+// GEMM_WIDE_TILE rows on GEMM_WIDE_THREADS (8 simdgroups of 64x32), GEMM_WIDE_K columns per step
+// (two 128 x 72-half tiles would take 36 KiB of threadgroup memory, over Metal's 32 KiB), the
+// epilogue staged in the activation tile (8 slabs of 8 x STAGING_LD floats fit in its 128 x 40 halfs).
 #ifndef GEMM_WIDE_MIN_TOKENS
 #define GEMM_WIDE_MIN_TOKENS 512u
 #endif
 #define GEMM_WIDE_TILE 128u
+#define GEMM_WIDE_K 32u
 #define GEMM_WIDE_THREADS 256
 // The exact GEMM (gemm_exact.metal: the fp32 jobs of a tiled(n) call, the router): fp32 arithmetic, a
 // threadgroup of GEMM_EXACT_THREADS (16x16, 4x4 outputs each) computes GEMM_EXACT_TILE tokens x
@@ -191,8 +196,8 @@ struct GemmParams {
 };
 
 // The tiled kernels' activations: fp32 rows [n, cols] rounded to half once (half_rows), each row
-// zero-padded to a multiple of GEMM_K halfs, so that a tile loader's run of 8 columns is one 16-byte
-// copy with no bounds test. One thread per run of 8 halfs.
+// zero-padded to a multiple of GEMM_K halfs (and so of GEMM_WIDE_K), so that a tile loader's run of 8
+// columns is one 16-byte copy with no bounds test. One thread per run of 8 halfs.
 #define HALF_ROWS_THREADS 256
 #define HALF_ROW_LD(cols) (((cols) + GEMM_K - 1u) / GEMM_K * GEMM_K)  // halfs per padded row
 struct HalfRowsParams {

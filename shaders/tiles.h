@@ -1,8 +1,9 @@
 // The tiled prefill kernels' building blocks: stored weights dequantised and half activations
 // (half_rows) copied into threadgroup tiles of half (the operands of the matrix units), a simdgroup's
 // 32x32 block of products on simdgroup matrices with fp32 accumulation, and its epilogue through
-// threadgroup memory. Tiles are [GEMM_TILE_* rows][GEMM_K + GEMM_PAD] halfs; every loader is called by
-// all threads of the threadgroup, each storing runs of 8 consecutive columns.
+// threadgroup memory. Tiles are [rows][k + GEMM_PAD] halfs for a K-step of k columns (GEMM_K, or
+// GEMM_WIDE_K for gemm_wide); every loader is called by all threads of the threadgroup, each storing
+// runs of 8 consecutive columns.
 #ifndef MOELENS_SHADER_TILES_H
 #define MOELENS_SHADER_TILES_H
 
@@ -45,13 +46,13 @@ inline void simdgroup_load4(thread simdgroup_half8x8& m0, thread simdgroup_half8
 }
 #endif
 
-#define TILE_LD (GEMM_K + GEMM_PAD)
+// Halfs per tile row for K-steps of k columns.
+#define TILE_LD(k) ((k) + GEMM_PAD)
 // A tile's size in uint4 (tiles are declared as uint4 arrays: 16-byte aligned for the loaders' 16-byte
 // stores, TILE_LD halfs = a whole number of uint4 per row).
-#define TILE_WORDS(rows) ((rows) * TILE_LD / 8u)
-// Runs of 8 activation columns per thread and tile: the same for the 64-row tiles of GEMM_THREADS and
-// the 128-row tiles of GEMM_WIDE_THREADS (ops/matmul.cpp checks); the weights go 16 columns to a
-// thread (fetch_weights).
+#define TILE_WORDS(rows, k) ((rows) * TILE_LD(k) / 8u)
+// Runs of 8 activation columns per thread and tile, at most: 4 for the 64-row tiles of GEMM_THREADS
+// at GEMM_K, 2 for the 128-row tiles of GEMM_WIDE_THREADS at GEMM_WIDE_K (ops/matmul.cpp checks).
 #define TILE_RUNS_PER_THREAD (GEMM_TILE_ROWS * GEMM_K / 8u / uint(GEMM_THREADS))
 
 // A WeightDesc picked out of a parameter struct's array by constant indices (CUDA copies a by-value
@@ -110,74 +111,68 @@ inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float
 // The tiles are double-buffered through registers: a K-step's global reads (fetch_*) are issued
 // before the step before it is multiplied and kept raw (no use of a loaded value before the products,
 // so that they are in flight meanwhile); store_* then converts them into the tiles. Of the `threads`
-// of the threadgroup, thread `tid` holds activation runs tid, tid + threads, ...: run q is row
-// q / (GEMM_K / 8), columns 8 (q % (GEMM_K / 8)).
-inline uint run_row(uint tid, uint threads, uint i) { return (tid + threads * i) / (GEMM_K / 8u); }
-inline uint run_column(uint tid, uint threads, uint i) { return 8u * ((tid + threads * i) % (GEMM_K / 8u)); }
+// of the threadgroup, thread `tid` holds activation runs tid, tid + threads, ... (runs of them, a
+// tile's rows x k / 8 over the threads): run q is row q / (k / 8), columns 8 (q % (k / 8)).
+inline uint run_row(uint tid, uint threads, uint i, uint k) { return (tid + threads * i) / (k / 8u); }
+inline uint run_column(uint tid, uint threads, uint i, uint k) { return 8u * ((tid + threads * i) % (k / 8u)); }
 
-// A thread's runs of activations: 8 halfs each.
+// A thread's runs of activations: 8 halfs each, the first `runs` used.
 struct ActivationRuns {
   uint4 run[TILE_RUNS_PER_THREAD];
 };
 
-// Columns k0 .. k0+GEMM_K-1 of the rows row_of[0 .. tile rows-1] of x, half rows of `ld` halfs
+// Columns k0 .. k0+k-1 of the rows row_of[0 .. tile rows-1] of x, half rows of `ld` halfs
 // (half_rows: a multiple of GEMM_K, zero past the values), 8 halfs per uint4. The next step's fetch
 // after the last step reads the last step again (k0 clamped) instead of past the row.
 inline ActivationRuns fetch_activations(device const uint4* x, uint ld, threadgroup const uint* row_of, uint k0,
-                                        uint tid, uint threads) {
-  const uint kc = min(k0, ld - GEMM_K);
+                                        uint k, uint runs, uint tid, uint threads) {
+  const uint kc = min(k0, ld - k);
   ActivationRuns a;
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i) {
-    const uint4 run = x[(ulong(row_of[run_row(tid, threads, i)]) * ld + kc + run_column(tid, threads, i)) / 8u];
+  for (uint i = 0; i < runs; ++i) {
+    const uint4 run = x[(ulong(row_of[run_row(tid, threads, i, k)]) * ld + kc + run_column(tid, threads, i, k)) / 8u];
     a.run[i] = run;
   }
   return a;
 }
 
 // The fetched runs into `tile`, as they are.
-inline void store_activations(thread const ActivationRuns& a, threadgroup half* tile, uint tid, uint threads) {
-  for (uint i = 0; i < TILE_RUNS_PER_THREAD; ++i)
-    store_words(tile + run_row(tid, threads, i) * TILE_LD + run_column(tid, threads, i), a.run[i]);
+inline void store_activations(thread const ActivationRuns& a, threadgroup half* tile, uint k, uint runs, uint tid,
+                              uint threads) {
+  for (uint i = 0; i < runs; ++i)
+    store_words(tile + run_row(tid, threads, i, k) * TILE_LD(k) + run_column(tid, threads, i, k), a.run[i]);
 }
 
-// A thread's weights of one K-step: 16 consecutive columns of one tile row (two runs of 8), row
-// weight_row(tid), columns weight_column(tid) .. +15. Quantized, the 16 columns lie in one group (rows
-// are 16-byte chunks, each in one group: GpuBackend::upload), so one scale and one bias serve them.
-// Q4: lo = the 2 words of the 16 values, the scale's word, the bias's word; Q8: lo = the 4 words of
-// the values, hi.x the scale's word, hi.y the bias's; bf16 and f16: lo, hi = the 16 values' bits, two
-// to a word; f32: the 16 values rounded to half, two to a word.
+// A thread's weights of one K-step of k columns: half a tile row, k / 2 consecutive columns (two
+// threads to a row), row weight_row(tid), columns weight_column(tid, k) .. +k/2-1. 4-bit rows keep the
+// whole half row here: lo = its values (2 words at k = 32, 4 at 64), hi.x the scale's word, hi.y the
+// bias's; they lie in one group (rows are 16-byte chunks of 32 columns, each in one group:
+// GpuBackend::upload). Other formats keep the first 16 columns (Q8: lo = their 4 words, hi.x, hi.y the
+// scale's and bias's words of their group; bf16 and f16: lo, hi = the 16 values' bits, two to a word;
+// f32: the 16 values rounded to half, two to a word) and store_weights reads the other 16 at k = 64
+// itself: one kernel serves every format, so the largest fetch sets the registers held over the
+// products for all of them, and 4-bit rows are what the tiled kernels mostly read.
 struct WeightRuns {
   uint4 lo;
   uint4 hi;
 };
-inline uint weight_row(uint tid) { return tid / (GEMM_K / 16u); }
-inline uint weight_column(uint tid) { return 16u * (tid % (GEMM_K / 16u)); }
+inline uint weight_row(uint tid) { return tid / 2u; }
+inline uint weight_column(uint tid, uint k) { return (k / 2u) * (tid % 2u); }
 
-// Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are never
-// stored), columns k0 .. k0+GEMM_K-1: one vector load of the values (8 bytes at 4 bits, 16 at 8 bits,
-// two of 16 for bf16/f16; offsets clamped to the row, whose values past `cols` are masked later), the
-// scale's and the bias's word; f32 rows by scalar loads, rounded here (the one format whose values are
-// used at once).
-inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                device const uchar* biases, uint row0, uint rows, uint k0, uint tid) {
-  const bool q4 = w.format == WEIGHT_Q4, q8 = w.format == WEIGHT_Q8;
-  const uint c = k0 + weight_column(tid);
-  const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
+// 16 columns c .. c+15 of a row that is not 4-bit, as WeightRuns keeps them: one vector load of the
+// values (16 bytes at 8 bits, two of 16 for bf16/f16; offsets clamped to the row, whose values past
+// `cols` are masked later) and the scale's and the bias's word; f32 rows by scalar loads, rounded here
+// (the one format whose values are used at once).
+inline WeightRuns fetch_16_columns(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
+                                   device const uchar* biases, ulong row, uint c) {
   device const uchar* row_data = data + row * w.row_bytes;
   WeightRuns f;
-  f.hi = uint4(0u, 0u, 0u, 0u);
-  if (q4 || q8) {
-    const uint words = w.row_bytes / 4u, wi = min(q4 ? c / 8u : c / 4u, words - 1u), group = wi >> w.group_shift;
+  if (w.format == WEIGHT_Q8) {
+    const uint words = w.row_bytes / 4u, group = min(c / 4u, words - 1u) >> w.group_shift;
     const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
     const uint bias = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
-    if (q4) {
-      const uint2 v = *(device const uint2*)(row_data + min(c / 2u, w.row_bytes - 8u));
-      f.lo = uint4(v.x, v.y, scale, bias);
-    } else {
-      const uint4 v = *(device const uint4*)(row_data + min(c, w.row_bytes - 16u));
-      f.lo = v;
-      f.hi = uint4(scale, bias, 0u, 0u);
-    }
+    const uint4 v = *(device const uint4*)(row_data + min(c, w.row_bytes - 16u));
+    f.lo = v;
+    f.hi = uint4(scale, bias, 0u, 0u);
   } else if (w.format == WEIGHT_F32) {
     device const float* row_floats = (device const float*)row_data;
     float v[16];
@@ -189,6 +184,30 @@ inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* 
     const uint4 hi = *(device const uint4*)(row_data + min(2u * c + 16u, w.row_bytes - 16u));
     f.lo = lo;
     f.hi = hi;
+  }
+  return f;
+}
+
+// Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are never
+// stored), columns k0 .. k0+k-1: at 4 bits one vector load of the half row's values (8 or 16 bytes,
+// the offset clamped to the row), its scale's and its bias's word; other formats fetch_16_columns.
+inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
+                                device const uchar* biases, uint row0, uint rows, uint k0, uint k, uint tid) {
+  const uint c = k0 + weight_column(tid, k);
+  const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
+  if (w.format != WEIGHT_Q4) return fetch_16_columns(w, data, scales, biases, row, c);
+  device const uchar* row_data = data + row * w.row_bytes;
+  const uint words = w.row_bytes / 4u, group = min(c / 8u, words - 1u) >> w.group_shift;
+  const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+  const uint bias = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+  WeightRuns f;
+  f.hi = uint4(scale, bias, 0u, 0u);
+  if (k == 64u) {
+    const uint4 v = *(device const uint4*)(row_data + min(c / 2u, w.row_bytes - 16u));
+    f.lo = v;
+  } else {
+    const uint2 v = *(device const uint2*)(row_data + min(c / 2u, w.row_bytes - 8u));
+    f.lo = uint4(v.x, v.y, 0u, 0u);
   }
   return f;
 }
@@ -225,27 +244,21 @@ inline void store_q8_run(threadgroup half* dst, uint v0, uint v1, float sc, floa
             sc * unpack(v1, 16u, 255u) + bi, sc * unpack(v1, 24u, 255u) + bi);
 }
 
-// The fetched weights dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does,
-// then rounded to half once; columns past w.cols are zero (quantized rows are whole groups of 16 or
-// more columns, so the 16 columns are all inside or all past).
-inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, uint k0, threadgroup half* tile,
-                          uint tid) {
-  const bool q4 = w.format == WEIGHT_Q4, quantized = q4 || w.format == WEIGHT_Q8;
-  const uint c = k0 + weight_column(tid);
-  threadgroup half* dst = tile + weight_row(tid) * TILE_LD + weight_column(tid);
-  if (quantized) {
-    const uint words = w.row_bytes / 4u, group = min(q4 ? c / 8u : c / 4u, words - 1u) >> w.group_shift;
-    const float scale = scale_in_word(q4 ? f.lo.z : f.hi.x, group, w.scale_type);
-    const float bias = scale_in_word(q4 ? f.lo.w : f.hi.y, group, w.scale_type);
-    const bool in = c < w.cols;
-    const float sc = in ? scale : 0.0f, bi = in ? bias : 0.0f;  // columns past the row: zero
-    if (q4) {
-      store_q4_run(dst, f.lo.x, sc, bi);
-      store_q4_run(dst + 8u, f.lo.y, sc, bi);
-    } else {
-      store_q8_run(dst, f.lo.x, f.lo.y, sc, bi);
-      store_q8_run(dst + 8u, f.lo.z, f.lo.w, sc, bi);
-    }
+// The scale or bias of a quantized weight in column c, from its fetched word; zero past the row's
+// columns, so that they store zeros (quantized rows are whole groups of 16 or more columns, so a run
+// of 8 or 16 columns is all inside or all past).
+inline float group_value(thread const WeightDesc& w, uint word, uint c, uint per_word) {
+  const uint words = w.row_bytes / 4u, group = min(c / per_word, words - 1u) >> w.group_shift;
+  const float value = scale_in_word(word, group, w.scale_type);
+  return c < w.cols ? value : 0.0f;
+}
+
+// 16 columns c .. c+15 of fetch_16_columns into `dst`, as store_weights converts them.
+inline void store_16_columns(thread const WeightRuns& f, thread const WeightDesc& w, uint c, threadgroup half* dst) {
+  if (w.format == WEIGHT_Q8) {
+    const float sc = group_value(w, f.hi.x, c, 4u), bi = group_value(w, f.hi.y, c, 4u);
+    store_q8_run(dst, f.lo.x, f.lo.y, sc, bi);
+    store_q8_run(dst + 8u, f.lo.z, f.lo.w, sc, bi);
   } else {
     float v[16];
     for (uint e = 0; e < 16u; ++e) {
@@ -258,20 +271,42 @@ inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w
   }
 }
 
-// acc[4i + j] += A_i · B_j over one K-step, for i < token_blocks (even) and j < 4: A_i the activation
-// rows t0 + 8i of `xt` ([tokens][k]), B_j the weight rows r0 + 8j of `wt` ([rows][k]) read transposed,
-// so that the product is x · Wᵀ. 16 columns of k at a time: the B fragments (4 row blocks x 2 k blocks)
+// The fetched weights dequantised into `tile`: scale·q + bias per weight in fp32, as the GEMV does,
+// then rounded to half once; columns past w.cols are zero. At k = 64 a row that is not 4-bit has its
+// columns 16 .. 31 of the half row read here (fetch_16_columns, the same arguments as fetch_weights').
+inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, device const uchar* data,
+                          device const uchar* scales, device const uchar* biases, uint row0, uint rows, uint k0, uint k,
+                          threadgroup half* tile, uint tid) {
+  const uint c = k0 + weight_column(tid, k);
+  threadgroup half* dst = tile + weight_row(tid) * TILE_LD(k) + weight_column(tid, k);
+  if (w.format == WEIGHT_Q4) {
+    const float sc = group_value(w, f.hi.x, c, 8u), bi = group_value(w, f.hi.y, c, 8u);
+    for (uint i = 0; i < k / 16u; ++i) store_q4_run(dst + 8u * i, weight_word(f, i), sc, bi);
+  } else {
+    store_16_columns(f, w, c, dst);
+    if (k == 64u) {
+      const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
+      store_16_columns(fetch_16_columns(w, data, scales, biases, row, c + 16u), w, c + 16u, dst + 16u);
+    }
+  }
+}
+
+// acc[4i + j] += A_i · B_j over one K-step of k columns, for i < token_blocks (even) and j < 4: A_i
+// the activation rows t0 + 8i of `xt` ([tokens][k]), B_j the weight rows r0 + 8j of `wt` ([rows][k])
+// read transposed, so that the product is x · Wᵀ. 16 columns of k at a time: the B fragments (4 row blocks x 2 k blocks)
 // in two loads, then per pair of token blocks their 4 A fragments in one load and 4 products of 16x16
 // by 16x8. The summation order over k is that of 8x8 products in k order.
-inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint t0, uint r0, uint token_blocks,
-                          thread simdgroup_float8x8* acc) {
-  for (uint kk = 0; kk < GEMM_K; kk += 16u) {
+inline void tile_products(threadgroup const half* xt, threadgroup const half* wt, uint k, uint t0, uint r0,
+                          uint token_blocks, thread simdgroup_float8x8* acc) {
+  // Unrolled: nvcc keeps the loop otherwise, recomputing each load's lane addresses per 16 columns.
+#pragma unroll
+  for (uint kk = 0; kk < k; kk += 16u) {
     simdgroup_half8x8 b[8];  // b[2j]: row block j, k block 0; b[2j + 1]: k block 1
-    simdgroup_load4(b[0], b[1], b[2], b[3], wt, TILE_LD, ulong2(kk, r0), true);
-    simdgroup_load4(b[4], b[5], b[6], b[7], wt, TILE_LD, ulong2(kk, r0 + 16u), true);
+    simdgroup_load4(b[0], b[1], b[2], b[3], wt, TILE_LD(k), ulong2(kk, r0), true);
+    simdgroup_load4(b[4], b[5], b[6], b[7], wt, TILE_LD(k), ulong2(kk, r0 + 16u), true);
     for (uint i = 0; i < token_blocks; i += 2u) {
       simdgroup_half8x8 a00, a10, a01, a11;  // token block i + r, k block k
-      simdgroup_load4(a00, a10, a01, a11, xt, TILE_LD, ulong2(kk, t0 + 8u * i));
+      simdgroup_load4(a00, a10, a01, a11, xt, TILE_LD(k), ulong2(kk, t0 + 8u * i));
       for (uint j = 0; j < 4u; ++j)
         simdgroup_multiply_accumulate_16x16(acc[4u * i + j], acc[4u * i + 4u + j], a00, a10, a01, a11, b[2u * j],
                                             b[2u * j + 1u], acc[4u * i + j], acc[4u * i + 4u + j]);

@@ -146,7 +146,7 @@ void add_moe_cases(Cases& all) {
     int n;
     bool shared;
     std::string routing;
-    int hidden = 64, inter = 64, shared_inter = 32;  // not multiples of GEMM_K: rows of h zero-padded
+    int hidden = 64, inter = 64, shared_inter = 32;  // shared_inter not a multiple of GEMM_K: rows of sh zero-padded
   };
   for (TiledMoe m : {TiledMoe{"q4", 64, DType::BF16, 65, true, "mixed"}, TiledMoe{"q8", 32, DType::F32, 20, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 70, true, "route"}, TiledMoe{"f16", 0, DType::F16, 17, false, "mixed"},

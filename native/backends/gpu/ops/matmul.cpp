@@ -11,14 +11,17 @@ static_assert(GEMM_THREADS == 128 && GEMM_TILE_TOKENS == 64 && GEMM_TILE_ROWS ==
               "gemm: a threadgroup is 4 simdgroups, each a 32x32 quarter of the tile");
 static_assert(GEMM_WIDE_THREADS == 256 && GEMM_WIDE_TILE == 128,
               "gemm_wide: a threadgroup is 8 simdgroups, each 64 tokens x 32 rows of the tile");
-static_assert(GEMM_K % 8 == 0 && (GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0 &&
-                  GEMM_WIDE_TILE * GEMM_K / 8 / GEMM_WIDE_THREADS == GEMM_TILE_ROWS * GEMM_K / 8 / GEMM_THREADS,
-              "gemm, gemm_wide: the tile loaders give each thread the same number of whole runs of 8 columns");
-static_assert(GEMM_TILE_ROWS * GEMM_K / 16 == GEMM_THREADS && GEMM_WIDE_TILE * GEMM_K / 16 == GEMM_WIDE_THREADS,
-              "fetch_weights: each thread takes 16 columns of one weight row per K-step");
-static_assert(GEMM_K % 16 == 0 && (GEMM_K + GEMM_PAD) % 8 == 0,
-              "tile_products: 16 columns of k per product, tile rows 16-byte aligned (simdgroup_load4)");
-static_assert(8 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <= GEMM_WIDE_TILE * (GEMM_K + GEMM_PAD) * 2,
+static_assert((GEMM_TILE_ROWS * GEMM_K / 8) % GEMM_THREADS == 0 && (GEMM_WIDE_TILE * GEMM_WIDE_K / 8) % GEMM_WIDE_THREADS == 0 &&
+                  GEMM_WIDE_TILE * GEMM_WIDE_K / GEMM_WIDE_THREADS <= GEMM_TILE_ROWS * GEMM_K / GEMM_THREADS,
+              "gemm, gemm_wide: the tile loaders give each thread whole runs of 8 columns, at most TILE_RUNS_PER_THREAD");
+static_assert(GEMM_TILE_ROWS * 2 == GEMM_THREADS && GEMM_WIDE_TILE * 2 == GEMM_WIDE_THREADS && GEMM_K == 64 &&
+                  GEMM_WIDE_K == 32,
+              "fetch_weights: two threads to a weight row, each half the K-step (32 or 16 columns)");
+static_assert(GEMM_K % GEMM_WIDE_K == 0, "half_rows: rows padded to GEMM_K columns serve gemm_wide's K-steps too");
+static_assert((GEMM_K + GEMM_PAD) % 16 == 8 && (GEMM_WIDE_K + GEMM_PAD) % 16 == 8,
+              "tile_products: tile rows 16-byte aligned (simdgroup_load4) and an odd number of 16-byte units apart "
+              "(the 8 rows of an 8x8 load on distinct banks)");
+static_assert(8 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <= GEMM_WIDE_TILE * (GEMM_WIDE_K + GEMM_PAD) * 2,
               "gemm_wide: the epilogue's slabs fit in the activation tile");
 // gemm and gemm_wide take the same arguments.
 static_assert(k::gemm::w0 == k::gemm_wide::w0 && k::gemm::s3 == k::gemm_wide::s3 && k::gemm::out3 == k::gemm_wide::out3 &&

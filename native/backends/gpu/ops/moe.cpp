@@ -66,6 +66,9 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       .grid(ceil_div(p.hidden, GEMV_ROWS * GEMV_SIMDGROUPS / p.split), p.n).threads(GEMV_THREADS).run();
 }
 
+static_assert(4 * 2 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <=
+                  (GEMM_TILE_TOKENS + 2 * GEMM_TILE_ROWS) * (GEMM_K + GEMM_PAD) * 2,
+              "moe_gate_up_tiled: the epilogue's slabs fit in the tiles' memory");
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
 
 void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
