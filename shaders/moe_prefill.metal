@@ -117,21 +117,17 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
 // bucket in bucket order (the shared expert: sh[t, i] for every token t). Threadgroup (row tile of i,
 // row tile of the bucket, e); gate and up tiles share the activation tile, SwiGLU in the epilogue.
 // x is half rows (half_rows); h and sh are written as half rows too (HALF_ROW_LD of the gate's rows,
-// zero past them), the form moe_down_tiled reads: rounded once here, as its tiles would.
-[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
-                              device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
-                              device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
-                              device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
-                              device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
-                              device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
-                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
-                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
-                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
-                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
-  threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
-  threadgroup uint row_of[GEMM_TILE_TOKENS];
+// zero past them), the form moe_down_tiled reads: rounded once here, as its tiles would. The tiled
+// kernels come in two builds: for every stored format, and `_affine` for MLX affine 4- and 8-bit weights
+// only (`dense` false: without the bf16/f16/f32 paths they hold fewer registers, so more threadgroups
+// fit an SM, which is what hides their loads' latency; GpuBackend picks it when every matrix is affine).
+inline void moe_gate_up_tile(
+    device const uchar* gw, device const uchar* gs, device const uchar* gb, device const uchar* uw,
+    device const uchar* us, device const uchar* ub, device const uchar* sgw, device const uchar* sgs,
+    device const uchar* sgb, device const uchar* suw, device const uchar* sus, device const uchar* sub,
+    device const uint4* x, device const uint* offsets, device const uint* entries, device ushort* h,
+    device ushort* sh, constant MoeTiledParams& p, uint3 group, uint tid, uint sg, uint lane,
+    threadgroup uint4* tile_words, threadgroup uint* row_of, bool dense) {
   const uint e = group.z, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
   const uint t0 = GEMM_TILE_TOKENS * group.y, i0 = GEMM_TILE_ROWS * group.x;
@@ -163,17 +159,17 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   const uint ld = HALF_ROW_LD(p.hidden);
   const uint runs = TILE_RUNS_PER_THREAD;
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
-  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid);
-  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid, dense);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid, dense);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
     store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
-    store_weights(gr, gd, gdata, gscales, gbiases, i0, gd.rows, k0, GEMM_K, gt, tid);
-    store_weights(ur, ud, udata, uscales, ubiases, i0, ud.rows, k0, GEMM_K, ut, tid);
+    store_weights(gr, gd, gdata, gscales, gbiases, i0, gd.rows, k0, GEMM_K, gt, tid, dense);
+    store_weights(ur, ud, udata, uscales, ubiases, i0, ud.rows, k0, GEMM_K, ut, tid, dense);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense);
     tile_products(xt, gt, GEMM_K, 32u * m, 32u * c, 4u, acc_g);
     tile_products(xt, ut, GEMM_K, 32u * m, 32u * c, 4u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -195,24 +191,53 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   }
 }
 
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                              device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                              device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                              device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
+                              device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
+                              device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
+                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
+                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
+                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
+                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
+  threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
+                   tile_words, row_of, true);
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_affine(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                              device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                              device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                              device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
+                              device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
+                              device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
+                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
+                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
+                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
+                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
+  threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
+                   tile_words, row_of, false);
+}
+
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
 // shared expert: ys[t, c] = shared_scale · sigmoid(gate_logit[t]) · sdown[c] · sh[t]), h and sh the
-// half rows of moe_gate_up_tiled. Threadgroup (row tile of c, row tile of the bucket, e).
-[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
-                           device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
-                           device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
-                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
-                           device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
-                           device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
-                           device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
-                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
-                           uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
-                           uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
-  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS, GEMM_K)];
-  threadgroup float staging[4u * 8u * STAGING_LD];
-  threadgroup uint row_of[GEMM_TILE_TOKENS];
-  threadgroup float factor[GEMM_TILE_TOKENS];
+// half rows of moe_gate_up_tiled. Threadgroup (row tile of c, row tile of the bucket, e). Two builds, as
+// moe_gate_up_tiled.
+inline void moe_down_tile(
+    device const uchar* dw, device const uchar* ds, device const uchar* db, device const uchar* sdw,
+    device const uchar* sds, device const uchar* sdb, device const uint4* h, device const uint4* sh,
+    device const uint* offsets, device const uint* entries, device const float* weights,
+    device const float* gate_logit, device float* y, device float* ys, constant MoeTiledParams& p, uint3 group,
+    uint tid, uint sg, uint lane, threadgroup uint4* x_words, threadgroup uint4* w_words, threadgroup float* staging,
+    threadgroup uint* row_of, threadgroup float* factor, bool dense) {
   const uint e = group.z, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
   const uint t0 = GEMM_TILE_TOKENS * group.y, c0 = GEMM_TILE_ROWS * group.x;
@@ -240,14 +265,14 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
   const uint ld = HALF_ROW_LD(dd.cols);
   const uint runs = TILE_RUNS_PER_THREAD;
   ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid);
+  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid, dense);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
     store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
-    store_weights(wr, dd, data, scales, biases, c0, dd.rows, k0, GEMM_K, wt, tid);
+    store_weights(wr, dd, data, scales, biases, c0, dd.rows, k0, GEMM_K, wt, tid, dense);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense);
     tile_products(xt, wt, GEMM_K, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
@@ -265,6 +290,45 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
     slab_done();
   }
 }
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
+                           device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
+                           device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
+                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
+                           device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
+                           device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
+                           device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
+                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS, GEMM_K)];
+  threadgroup float staging[4u * 8u * STAGING_LD];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  threadgroup float factor[GEMM_TILE_TOKENS];
+  moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
+                x_words, w_words, staging, row_of, factor, true);
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_affine(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
+                           device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
+                           device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
+                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
+                           device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
+                           device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
+                           device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
+                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS, GEMM_K)];
+  threadgroup float staging[4u * 8u * STAGING_LD];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  threadgroup float factor[GEMM_TILE_TOKENS];
+  moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
+                x_words, w_words, staging, row_of, factor, false);
+}
+
 
 // out[t, c] = Σ_s y[positions[t·k + s], c] in slot order, then + ys[t, c] with the shared expert (the
 // CPU backend's order).

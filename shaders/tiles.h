@@ -150,7 +150,8 @@ inline void store_activations(thread const ActivationRuns& a, threadgroup half* 
 // scale's and bias's words of their group; bf16 and f16: lo, hi = the 16 values' bits, two to a word;
 // f32: the 16 values rounded to half, two to a word) and store_weights reads the other 16 at k = 64
 // itself: one kernel serves every format, so the largest fetch sets the registers held over the
-// products for all of them, and 4-bit rows are what the tiled kernels mostly read.
+// products for all of them, and 4-bit rows are what the tiled kernels mostly read. The loaders' `dense`
+// false compiles the 4- and 8-bit paths only (the MoE kernels' `_affine` builds: fewer registers).
 struct WeightRuns {
   uint4 lo;
   uint4 hi;
@@ -163,10 +164,10 @@ inline uint weight_column(uint tid, uint k) { return (k / 2u) * (tid % 2u); }
 // `cols` are masked later) and the scale's and the bias's word; f32 rows by scalar loads, rounded here
 // (the one format whose values are used at once).
 inline WeightRuns fetch_16_columns(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                   device const uchar* biases, ulong row, uint c) {
+                                   device const uchar* biases, ulong row, uint c, bool dense) {
   device const uchar* row_data = data + row * w.row_bytes;
   WeightRuns f;
-  if (w.format == WEIGHT_Q8) {
+  if (!dense || w.format == WEIGHT_Q8) {
     const uint words = w.row_bytes / 4u, group = min(c / 4u, words - 1u) >> w.group_shift;
     const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
     const uint bias = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
@@ -192,10 +193,10 @@ inline WeightRuns fetch_16_columns(thread const WeightDesc& w, device const ucha
 // stored), columns k0 .. k0+k-1: at 4 bits one vector load of the half row's values (8 or 16 bytes,
 // the offset clamped to the row), its scale's and its bias's word; other formats fetch_16_columns.
 inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                device const uchar* biases, uint row0, uint rows, uint k0, uint k, uint tid) {
+                                device const uchar* biases, uint row0, uint rows, uint k0, uint k, uint tid, bool dense) {
   const uint c = k0 + weight_column(tid, k);
   const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
-  if (w.format != WEIGHT_Q4) return fetch_16_columns(w, data, scales, biases, row, c);
+  if (w.format != WEIGHT_Q4) return fetch_16_columns(w, data, scales, biases, row, c, dense);
   device const uchar* row_data = data + row * w.row_bytes;
   const uint words = w.row_bytes / 4u, group = min(c / 8u, words - 1u) >> w.group_shift;
   const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
@@ -254,8 +255,9 @@ inline float group_value(thread const WeightDesc& w, uint word, uint c, uint per
 }
 
 // 16 columns c .. c+15 of fetch_16_columns into `dst`, as store_weights converts them.
-inline void store_16_columns(thread const WeightRuns& f, thread const WeightDesc& w, uint c, threadgroup half* dst) {
-  if (w.format == WEIGHT_Q8) {
+inline void store_16_columns(thread const WeightRuns& f, thread const WeightDesc& w, uint c, threadgroup half* dst,
+                             bool dense) {
+  if (!dense || w.format == WEIGHT_Q8) {
     const float sc = group_value(w, f.hi.x, c, 4u), bi = group_value(w, f.hi.y, c, 4u);
     store_q8_run(dst, f.lo.x, f.lo.y, sc, bi);
     store_q8_run(dst + 8u, f.lo.z, f.lo.w, sc, bi);
@@ -276,17 +278,17 @@ inline void store_16_columns(thread const WeightRuns& f, thread const WeightDesc
 // columns 16 .. 31 of the half row read here (fetch_16_columns, the same arguments as fetch_weights').
 inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w, device const uchar* data,
                           device const uchar* scales, device const uchar* biases, uint row0, uint rows, uint k0, uint k,
-                          threadgroup half* tile, uint tid) {
+                          threadgroup half* tile, uint tid, bool dense) {
   const uint c = k0 + weight_column(tid, k);
   threadgroup half* dst = tile + weight_row(tid) * TILE_LD(k) + weight_column(tid, k);
   if (w.format == WEIGHT_Q4) {
     const float sc = group_value(w, f.hi.x, c, 8u), bi = group_value(w, f.hi.y, c, 8u);
     for (uint i = 0; i < k / 16u; ++i) store_q4_run(dst + 8u * i, weight_word(f, i), sc, bi);
   } else {
-    store_16_columns(f, w, c, dst);
+    store_16_columns(f, w, c, dst, dense);
     if (k == 64u) {
       const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
-      store_16_columns(fetch_16_columns(w, data, scales, biases, row, c + 16u), w, c + 16u, dst + 16u);
+      store_16_columns(fetch_16_columns(w, data, scales, biases, row, c + 16u, dense), w, c + 16u, dst + 16u, dense);
     }
   }
 }

@@ -194,14 +194,18 @@ void add_moe_cases(Cases& all) {
             shc = {SG.cpu.get(), SU.cpu.get(), SD.cpu.get(), View(gl.cpu.get()), 0.7f};
             shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
           }
-          const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id);
+          // The affine build for MLX 4- and 8-bit weights, the build for every format otherwise.
+          const bool affine = m.fmt == "q4" || m.fmt == "q8";
+          const auto build = affine ? gpu::kernels::moe_down_tiled_affine::id : gpu::kernels::moe_down_tiled::id;
+          const uint64_t before = c.launches(build);
           const uint64_t rounded_before = c.launches(gpu::kernels::half_rows::id);
           c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), m.n, K,
                             View(out.cpu.get()), shc);
           c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), m.n, K,
                             View(out.gpu.get()), shg);
-          if (c.launches(gpu::kernels::moe_down_tiled::id) != before + 1)
-            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels");
+          if (c.launches(build) != before + 1)
+            throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels (" +
+                          (affine ? "affine" : "every-format") + " build)");
           if (c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
             throw Failure("the tiled expert kernels did not read x rounded to half once");
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
@@ -217,12 +221,12 @@ void add_moe_cases(Cases& all) {
     for (int t = 0; t < n; ++t) id.push_back(t % E), id.push_back((t + 1) % E);
     Pair ids = c.ints(id), w = c.floats(c.rng.normals(size_t(n) * K)), x = c.floats(c.rng.normals(size_t(n) * H));
     Pair out = c.zeros(size_t(n) * H);
-    const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id);
+    const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id);
     c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
                       View(out.cpu.get()), {});
     c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
                       View(out.gpu.get()), {});
-    if (c.launches(gpu::kernels::moe_down_tiled::id) != before)
+    if (c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id) != before)
       throw Failure(std::to_string(n) + " tokens ran the tiled expert kernels");
     c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
   });

@@ -69,6 +69,9 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
 static_assert(4 * 2 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <=
                   (GEMM_TILE_TOKENS + 2 * GEMM_TILE_ROWS) * (GEMM_K + GEMM_PAD) * 2,
               "moe_gate_up_tiled: the epilogue's slabs fit in the tiles' memory");
+static_assert(k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_affine::x && k::moe_gate_up_tiled::p == k::moe_gate_up_tiled_affine::p &&
+                  k::moe_down_tiled::ys == k::moe_down_tiled_affine::ys && k::moe_down_tiled::p == k::moe_down_tiled_affine::p,
+              "the tiled MoE kernels' builds: the same buffer indices");
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
 
 void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
@@ -122,8 +125,13 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
                    View(moe_positions_.get()));
 
+  // The kernels' affine builds when every matrix is MLX 4- or 8-bit (fewer registers: more threadgroups
+  // per SM); the same bindings either way.
+  auto affine = [](const auto& d) { return d.format == WEIGHT_Q4 || d.format == WEIGHT_Q8; };
+  const bool only_affine = affine(G.desc) && affine(U.desc) && affine(D.desc) &&
+                           (!shared.gate || (affine(p.sgate) && affine(p.sup) && affine(p.sdown)));
   namespace gu = k::moe_gate_up_tiled;
-  Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
+  Call(*this, only_affine ? k::moe_gate_up_tiled_affine::id : gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
       .buf(gu::sgw, SG->data.get()).buf(gu::sgs, SG->scales.get()).buf(gu::sgb, SG->biases.get())
       .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, xh)
@@ -132,7 +140,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
 
   namespace dn = k::moe_down_tiled;
-  Call(*this, dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
+  Call(*this, only_affine ? k::moe_down_tiled_affine::id : dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::sdw, SD->data.get()).buf(dn::sds, SD->scales.get()).buf(dn::sdb, SD->biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::sh, moe_shared_h_.get()).buf(dn::offsets, moe_offsets_.get())
       .buf(dn::entries, moe_entries_.get()).buf(dn::weights, weights)
