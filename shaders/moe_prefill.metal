@@ -120,17 +120,20 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
 // zero past them), the form moe_down_tiled reads: rounded once here, as its tiles would. The tiled
 // kernels come in two builds: for every stored format, and `_affine` for MLX affine 4- and 8-bit weights
 // only (`dense` false: without the bf16/f16/f32 paths they hold fewer registers, so more threadgroups
-// fit an SM, which is what hides their loads' latency; GpuBackend picks it when every matrix is affine).
+// fit an SM, which is what hides their loads' latency; GpuBackend picks it when every matrix is affine),
+// whose `_short` build takes tiles of MOE_SHORT_TILE_TOKENS bucket rows instead of GEMM_TILE_TOKENS
+// (for chunks whose buckets are that short on average: half the accumulators, so more threadgroups
+// again). A tile of `tokens` rows is 2x2 simdgroups of tokens/2 rows x 32 columns.
 inline void moe_gate_up_tile(
     device const uchar* gw, device const uchar* gs, device const uchar* gb, device const uchar* uw,
     device const uchar* us, device const uchar* ub, device const uchar* sgw, device const uchar* sgs,
     device const uchar* sgb, device const uchar* suw, device const uchar* sus, device const uchar* sub,
     device const uint4* x, device const uint* offsets, device const uint* entries, device ushort* h,
     device ushort* sh, constant MoeTiledParams& p, uint3 group, uint tid, uint sg, uint lane,
-    threadgroup uint4* tile_words, threadgroup uint* row_of, bool dense) {
+    threadgroup uint4* tile_words, threadgroup uint* row_of, uint tokens, bool dense) {
   const uint e = group.z, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = GEMM_TILE_TOKENS * group.y, i0 = GEMM_TILE_ROWS * group.x;
+  const uint t0 = tokens * group.y, i0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
   const WeightDesc gd = pick_expert_weight(p.gate, p.sgate, b.shared);
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
@@ -144,7 +147,7 @@ inline void moe_gate_up_tile(
   device const uchar* udata = b.shared ? suw : uw + expert_bytes(p.up, ec);
   device const uchar* uscales = b.shared ? sus : us + expert_scale_bytes(p.up, ec);
   device const uchar* ubiases = b.shared ? sub : ub + expert_scale_bytes(p.up, ec);
-  if (tid < GEMM_TILE_TOKENS) {
+  if (tid < tokens) {
     const uint r = min(t0 + tid, b.count - 1u);
     row_of[tid] = b.shared ? r : entries[b.begin + r] / p.k;  // the entry's token
   }
@@ -157,7 +160,7 @@ inline void moe_gate_up_tile(
     acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
   const uint ld = HALF_ROW_LD(p.hidden);
-  const uint runs = TILE_RUNS_PER_THREAD;
+  const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
   WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid, dense);
   WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid, dense);
@@ -170,8 +173,8 @@ inline void moe_gate_up_tile(
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
     gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense);
     ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense);
-    tile_products(xt, gt, GEMM_K, 32u * m, 32u * c, 4u, acc_g);
-    tile_products(xt, ut, GEMM_K, 32u * m, 32u * c, 4u, acc_u);
+    tile_products(xt, gt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_g);
+    tile_products(xt, ut, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
@@ -179,11 +182,11 @@ inline void moe_gate_up_tile(
   threadgroup float* uslab = gslab + 8u * STAGING_LD;
   const uint i = i0 + 32u * c + lane, h_ld = HALF_ROW_LD(gd.rows);
   device ushort* dst = b.shared ? sh : h + ulong(b.begin) * h_ld;
-  for (uint s = 0; s < 4u; ++s) {
+  for (uint s = 0; s < tokens / 16u; ++s) {
     stage_slab(acc_g, s, gslab);
     stage_slab(acc_u, s, uslab);
     for (uint r = 0; r < 8u; ++r) {
-      const uint t = t0 + 32u * m + 8u * s + r;
+      const uint t = t0 + half_tokens * m + 8u * s + r;
       const float v = silu(gslab[r * STAGING_LD + lane]) * uslab[r * STAGING_LD + lane];
       if (t < b.count && i < h_ld) dst[ulong(t) * h_ld + i] = as_type<ushort>(half(i < gd.rows ? v : 0.0f));
     }
@@ -206,7 +209,7 @@ inline void moe_gate_up_tile(
   threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
-                   tile_words, row_of, true);
+                   tile_words, row_of, GEMM_TILE_TOKENS, true);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_affine(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
@@ -224,7 +227,25 @@ inline void moe_gate_up_tile(
   threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
-                   tile_words, row_of, false);
+                   tile_words, row_of, GEMM_TILE_TOKENS, false);
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_affine_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                              device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                              device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                              device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
+                              device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
+                              device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
+                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
+                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
+                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
+                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
+  threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
+                   tile_words, row_of, MOE_SHORT_TILE_TOKENS, false);
 }
 
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
@@ -237,10 +258,10 @@ inline void moe_down_tile(
     device const uint* offsets, device const uint* entries, device const float* weights,
     device const float* gate_logit, device float* y, device float* ys, constant MoeTiledParams& p, uint3 group,
     uint tid, uint sg, uint lane, threadgroup uint4* x_words, threadgroup uint4* w_words, threadgroup float* staging,
-    threadgroup uint* row_of, threadgroup float* factor, bool dense) {
+    threadgroup uint* row_of, threadgroup float* factor, uint tokens, bool dense) {
   const uint e = group.z, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = GEMM_TILE_TOKENS * group.y, c0 = GEMM_TILE_ROWS * group.x;
+  const uint t0 = tokens * group.y, c0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
   if (t0 >= b.count || c0 >= p.hidden) return;  // the whole threadgroup: past the bucket or the rows
 
   const WeightDesc dd = pick_expert_weight(p.down, p.sdown, b.shared);
@@ -250,7 +271,7 @@ inline void moe_down_tile(
   device const uint4* src = b.shared ? sh : h;
   threadgroup half* xt = (threadgroup half*)x_words;
   threadgroup half* wt = (threadgroup half*)w_words;
-  if (tid < GEMM_TILE_TOKENS) {
+  if (tid < tokens) {
     const uint r = min(t0 + tid, b.count - 1u);
     const uint entry = entries[min(b.begin + r, p.n * p.k - 1u)];
     const float logit = gate_logit[b.shared ? r : 0u];
@@ -263,7 +284,7 @@ inline void moe_down_tile(
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
-  const uint runs = TILE_RUNS_PER_THREAD;
+  const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
   WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid, dense);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
@@ -273,18 +294,18 @@ inline void moe_down_tile(
     // The next step's reads, in flight during the products.
     xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
     wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense);
-    tile_products(xt, wt, GEMM_K, 32u * m, 32u * c, 4u, acc);
+    tile_products(xt, wt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
   threadgroup float* slab = staging + sg * 8u * STAGING_LD;
   const uint col = c0 + 32u * c + lane;
   device float* dst = b.shared ? ys : y + ulong(b.begin) * p.hidden;
-  for (uint s = 0; s < 4u; ++s) {
+  for (uint s = 0; s < tokens / 16u; ++s) {
     stage_slab(acc, s, slab);
     for (uint r = 0; r < 8u; ++r) {
-      const uint t = t0 + 32u * m + 8u * s + r;
-      const float v = slab[r * STAGING_LD + lane] * factor[32u * m + 8u * s + r];
+      const uint t = t0 + half_tokens * m + 8u * s + r;
+      const float v = slab[r * STAGING_LD + lane] * factor[half_tokens * m + 8u * s + r];
       if (t < b.count && col < p.hidden) dst[ulong(t) * p.hidden + col] = v;
     }
     slab_done();
@@ -307,7 +328,7 @@ inline void moe_down_tile(
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
   moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
-                x_words, w_words, staging, row_of, factor, true);
+                x_words, w_words, staging, row_of, factor, GEMM_TILE_TOKENS, true);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_affine(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
@@ -326,7 +347,26 @@ inline void moe_down_tile(
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
   moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
-                x_words, w_words, staging, row_of, factor, false);
+                x_words, w_words, staging, row_of, factor, GEMM_TILE_TOKENS, false);
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_affine_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
+                           device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
+                           device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
+                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
+                           device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
+                           device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
+                           device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
+                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint4 w_words[TILE_WORDS(GEMM_TILE_ROWS, GEMM_K)];
+  threadgroup float staging[4u * 8u * STAGING_LD];
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  threadgroup float factor[GEMM_TILE_TOKENS];
+  moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
+                x_words, w_words, staging, row_of, factor, MOE_SHORT_TILE_TOKENS, false);
 }
 
 

@@ -238,6 +238,9 @@ struct MoeParams {
 // of MOE_BUCKET_BLOCK (one thread per expert walks a block), the [expert, block] counts scanned by one
 // threadgroup of MOE_SCAN_THREADS (32 simdgroups), MOE_SCAN_PER_THREAD counts per thread per round.
 #define MOE_BUCKET_BLOCK 512u
+// The affine tiled MoE kernels' `_short` build: tiles of MOE_SHORT_TILE_TOKENS bucket rows, for chunks
+// of at most that many (token, slot) entries per expert on average (512 tokens x 8 / 256 experts = 16).
+#define MOE_SHORT_TILE_TOKENS 32u
 #define MOE_SCAN_THREADS 1024
 #define MOE_SCAN_PER_THREAD 4u
 

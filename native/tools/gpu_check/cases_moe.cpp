@@ -194,9 +194,12 @@ void add_moe_cases(Cases& all) {
             shc = {SG.cpu.get(), SU.cpu.get(), SD.cpu.get(), View(gl.cpu.get()), 0.7f};
             shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
           }
-          // The affine build for MLX 4- and 8-bit weights, the build for every format otherwise.
-          const bool affine = m.fmt == "q4" || m.fmt == "q8";
-          const auto build = affine ? gpu::kernels::moe_down_tiled_affine::id : gpu::kernels::moe_down_tiled::id;
+          // The affine build for MLX 4- and 8-bit weights (its short-tile build when the buckets average at
+          // most MOE_SHORT_TILE_TOKENS rows), the build for every format otherwise.
+          const bool affine = m.fmt == "q4" || m.fmt == "q8", short_tiles = affine && m.n * K <= int(MOE_SHORT_TILE_TOKENS) * E;
+          const auto build = short_tiles ? gpu::kernels::moe_down_tiled_affine_short::id
+                             : affine    ? gpu::kernels::moe_down_tiled_affine::id
+                                         : gpu::kernels::moe_down_tiled::id;
           const uint64_t before = c.launches(build);
           const uint64_t rounded_before = c.launches(gpu::kernels::half_rows::id);
           c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), m.n, K,
@@ -205,7 +208,7 @@ void add_moe_cases(Cases& all) {
                             View(out.gpu.get()), shg);
           if (c.launches(build) != before + 1)
             throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels (" +
-                          (affine ? "affine" : "every-format") + " build)");
+                          (short_tiles ? "affine short-tile" : affine ? "affine" : "every-format") + " build)");
           if (c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
             throw Failure("the tiled expert kernels did not read x rounded to half once");
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
@@ -221,12 +224,16 @@ void add_moe_cases(Cases& all) {
     for (int t = 0; t < n; ++t) id.push_back(t % E), id.push_back((t + 1) % E);
     Pair ids = c.ints(id), w = c.floats(c.rng.normals(size_t(n) * K)), x = c.floats(c.rng.normals(size_t(n) * H));
     Pair out = c.zeros(size_t(n) * H);
-    const uint64_t before = c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id);
+    auto tiled = [&c] {
+      return c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id) +
+             c.launches(gpu::kernels::moe_down_tiled_affine_short::id);
+    };
+    const uint64_t before = tiled();
     c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
                       View(out.cpu.get()), {});
     c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
                       View(out.gpu.get()), {});
-    if (c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id) != before)
+    if (tiled() != before)
       throw Failure(std::to_string(n) + " tokens ran the tiled expert kernels");
     c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
   });

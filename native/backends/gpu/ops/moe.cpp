@@ -70,8 +70,15 @@ static_assert(4 * 2 * 8 * (32 + GEMM_OUT_PAD) * sizeof(float) <=
                   (GEMM_TILE_TOKENS + 2 * GEMM_TILE_ROWS) * (GEMM_K + GEMM_PAD) * 2,
               "moe_gate_up_tiled: the epilogue's slabs fit in the tiles' memory");
 static_assert(k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_affine::x && k::moe_gate_up_tiled::p == k::moe_gate_up_tiled_affine::p &&
-                  k::moe_down_tiled::ys == k::moe_down_tiled_affine::ys && k::moe_down_tiled::p == k::moe_down_tiled_affine::p,
+                  k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_affine_short::x &&
+                  k::moe_gate_up_tiled::p == k::moe_gate_up_tiled_affine_short::p &&
+                  k::moe_down_tiled::ys == k::moe_down_tiled_affine::ys && k::moe_down_tiled::p == k::moe_down_tiled_affine::p &&
+                  k::moe_down_tiled::ys == k::moe_down_tiled_affine_short::ys &&
+                  k::moe_down_tiled::p == k::moe_down_tiled_affine_short::p,
               "the tiled MoE kernels' builds: the same buffer indices");
+static_assert(MOE_SHORT_TILE_TOKENS % 32 == 0 && MOE_SHORT_TILE_TOKENS <= GEMM_TILE_TOKENS &&
+                  MOE_SHORT_TILE_TOKENS * GEMM_K / 8 % GEMM_THREADS == 0,
+              "short MoE tiles: 2x2 simdgroups of whole 16x16 products, whole activation runs per thread");
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
 
 void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
@@ -119,7 +126,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * HALF_ROW_LD(p.sgate.rows) / 2));
   scratch(moe_y_, entries * p.hidden);
   scratch(moe_shared_y_, size_t(n) * p.hidden);
-  const uint32_t buckets = p.experts + p.shared, token_tiles = ceil_div(p.n, GEMM_TILE_TOKENS);
+  const uint32_t buckets = p.experts + p.shared;
 
   const View xh = half_rows(x, n, p.hidden);
   bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
@@ -130,8 +137,11 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   auto affine = [](const auto& d) { return d.format == WEIGHT_Q4 || d.format == WEIGHT_Q8; };
   const bool only_affine = affine(G.desc) && affine(U.desc) && affine(D.desc) &&
                            (!shared.gate || (affine(p.sgate) && affine(p.sup) && affine(p.sdown)));
+  const bool short_tiles = only_affine && size_t(n) * size_t(top_k) <= size_t(MOE_SHORT_TILE_TOKENS) * p.experts;
+  const uint32_t tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
+  const uint32_t token_tiles = ceil_div(p.n, tile_tokens);
   namespace gu = k::moe_gate_up_tiled;
-  Call(*this, only_affine ? k::moe_gate_up_tiled_affine::id : gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
+  Call(*this, short_tiles ? k::moe_gate_up_tiled_affine_short::id : only_affine ? k::moe_gate_up_tiled_affine::id : gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
       .buf(gu::sgw, SG->data.get()).buf(gu::sgs, SG->scales.get()).buf(gu::sgb, SG->biases.get())
       .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, xh)
@@ -140,7 +150,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
 
   namespace dn = k::moe_down_tiled;
-  Call(*this, only_affine ? k::moe_down_tiled_affine::id : dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
+  Call(*this, short_tiles ? k::moe_down_tiled_affine_short::id : only_affine ? k::moe_down_tiled_affine::id : dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::sdw, SD->data.get()).buf(dn::sds, SD->scales.get()).buf(dn::sdb, SD->biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::sh, moe_shared_h_.get()).buf(dn::offsets, moe_offsets_.get())
       .buf(dn::entries, moe_entries_.get()).buf(dn::weights, weights)
