@@ -2,8 +2,8 @@
 // entries bucketed by expert on the device, then grouped GEMMs over the buckets on simdgroup matrices
 // (fp16 operands, fp32 accumulation), so that each expert's weights are read once per chunk, and a
 // combine in slot order. The shared expert is one more bucket, index p.experts, holding every token.
-// Nothing is read back by the host: launches cover every expert and the largest possible bucket (n
-// rows), and the tiles past a bucket's end exit at once.
+// Nothing is read back by the host: the buckets' tiles are listed on the device (moe_tile_list), and
+// the expert kernels' launches cover the most tiles any routing can give; those past the list exit at once.
 #include <metal_stdlib>
 using namespace metal;
 #include "tiles.h"
@@ -95,6 +95,43 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
   }
 }
 
+// The tiles of the buckets for the expert kernels, numbered: tile s is tile i (rows p.tile_tokens·i ..)
+// of bucket e, tiles[1 + s] = e << 16 | i, in bucket order (the shared expert's, ceil(n / tile_tokens),
+// last); tiles[0] is their number. The expert kernels' launches cover the most tiles any routing can
+// give (ceil(n·k / tile_tokens) + buckets), and their threadgroups past tiles[0] exit at once: far fewer
+// than one per (largest possible bucket, expert). One threadgroup; thread j takes buckets
+// MOE_TILE_LIST_PER_THREAD·j ..; their first tiles by one exclusive scan (simdgroup prefix sums, then one
+// over the simdgroups' totals).
+[[max_total_threads_per_threadgroup(MOE_TILE_LIST_THREADS)]] kernel void moe_tile_list(device const uint* offsets [[buffer(0)]], device uint* tiles [[buffer(1)]],
+                          constant MoeTiledParams& p [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
+                          uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint simdgroup_totals[MOE_TILE_LIST_THREADS / 32];
+  const uint buckets = p.experts + p.shared, T = p.tile_tokens;
+  uint count[MOE_TILE_LIST_PER_THREAD], mine = 0u;
+  for (uint u = 0; u < MOE_TILE_LIST_PER_THREAD; ++u) {
+    const uint e = MOE_TILE_LIST_PER_THREAD * tid + u, ec = min(e, p.experts - 1u);
+    const uint rows = e == p.experts ? p.n : offsets[ec + 1u] - offsets[ec];
+    count[u] = e < buckets ? (rows + T - 1u) / T : 0u;
+    mine += count[u];
+  }
+  const uint before_in_simdgroup = simd_prefix_exclusive_sum(mine);
+  if (lane == 31u) simdgroup_totals[sg] = before_in_simdgroup + mine;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const uint total = sg == 0u ? simdgroup_totals[lane % (MOE_TILE_LIST_THREADS / 32u)] : 0u;
+  const uint simdgroups_before = simd_prefix_exclusive_sum(lane < MOE_TILE_LIST_THREADS / 32u ? total : 0u);
+  const uint all = simd_sum(lane < MOE_TILE_LIST_THREADS / 32u ? total : 0u);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (sg == 0u && lane < MOE_TILE_LIST_THREADS / 32u) simdgroup_totals[lane] = simdgroups_before;
+  if (tid == 0u) tiles[0] = all;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint at = simdgroup_totals[sg] + before_in_simdgroup;
+  for (uint u = 0; u < MOE_TILE_LIST_PER_THREAD; ++u) {
+    const uint e = MOE_TILE_LIST_PER_THREAD * tid + u;
+    for (uint i = 0; i < count[u]; ++i) tiles[1u + at + i] = (e << 16u) | i;
+    at += count[u];
+  }
+}
+
 // The rows of bucket e that tile row r stands for (rows past the bucket repeat its last row; what they
 // produce is never stored), as an index into a row-major source, plus whether the tile is empty.
 struct Bucket {
@@ -115,7 +152,7 @@ inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n
 
 // h[position, i] = silu(gate_e[i] · x[token]) * (up_e[i] · x[token]) for the entries of expert e's
 // bucket in bucket order (the shared expert: sh[t, i] for every token t). Threadgroup (row tile of i,
-// row tile of the bucket, e); gate and up tiles share the activation tile, SwiGLU in the epilogue.
+// tile s of moe_tile_list's); gate and up tiles share the activation tile, SwiGLU in the epilogue.
 // x is half rows (half_rows); h and sh are written as half rows too (HALF_ROW_LD of the gate's rows,
 // zero past them), the form moe_down_tiled reads: rounded once here, as its tiles would. The tiled
 // kernels come in two builds: for every stored format, and `_affine` for MLX affine 4- and 8-bit weights
@@ -130,10 +167,11 @@ inline void moe_gate_up_tile(
     device const uchar* sgb, device const uchar* suw, device const uchar* sus, device const uchar* sub,
     device const uint4* x, device const uint* offsets, device const uint* entries, device ushort* h,
     device ushort* sh, constant MoeTiledParams& p, uint3 group, uint tid, uint sg, uint lane,
-    threadgroup uint4* tile_words, threadgroup uint* row_of, uint tokens, bool dense) {
-  const uint e = group.z, ec = min(e, p.experts - 1u);
+    device const uint* tiles, threadgroup uint4* tile_words, threadgroup uint* row_of, uint tokens, bool dense) {
+  if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
+  const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = tokens * group.y, i0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
+  const uint t0 = tokens * (tile & 0xffffu), i0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
   const WeightDesc gd = pick_expert_weight(p.gate, p.sgate, b.shared);
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
@@ -203,13 +241,13 @@ inline void moe_gate_up_tile(
                               device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
                               device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
                               device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
-                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              device const uint* tiles [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
   threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
-                   tile_words, row_of, GEMM_TILE_TOKENS, true);
+                   tiles, tile_words, row_of, GEMM_TILE_TOKENS, true);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_affine(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
@@ -221,13 +259,13 @@ inline void moe_gate_up_tile(
                               device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
                               device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
                               device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
-                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              device const uint* tiles [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
   threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
-                   tile_words, row_of, GEMM_TILE_TOKENS, false);
+                   tiles, tile_words, row_of, GEMM_TILE_TOKENS, false);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_affine_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
@@ -239,18 +277,18 @@ inline void moe_gate_up_tile(
                               device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
                               device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
                               device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
-                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              device const uint* tiles [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   // The x, gate and up tiles, then the epilogue's slabs in their memory (32 KiB would not hold both).
   threadgroup uint4 tile_words[TILE_WORDS(GEMM_TILE_TOKENS + 2u * GEMM_TILE_ROWS, GEMM_K)];
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   moe_gate_up_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg, lane,
-                   tile_words, row_of, MOE_SHORT_TILE_TOKENS, false);
+                   tiles, tile_words, row_of, MOE_SHORT_TILE_TOKENS, false);
 }
 
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
 // shared expert: ys[t, c] = shared_scale · sigmoid(gate_logit[t]) · sdown[c] · sh[t]), h and sh the
-// half rows of moe_gate_up_tiled. Threadgroup (row tile of c, row tile of the bucket, e). Two builds, as
+// half rows of moe_gate_up_tiled. Threadgroup (row tile of c, tile s of moe_tile_list's). Two builds, as
 // moe_gate_up_tiled.
 inline void moe_down_tile(
     device const uchar* dw, device const uchar* ds, device const uchar* db, device const uchar* sdw,
@@ -258,10 +296,11 @@ inline void moe_down_tile(
     device const uint* offsets, device const uint* entries, device const float* weights,
     device const float* gate_logit, device float* y, device float* ys, constant MoeTiledParams& p, uint3 group,
     uint tid, uint sg, uint lane, threadgroup uint4* x_words, threadgroup uint4* w_words, threadgroup float* staging,
-    threadgroup uint* row_of, threadgroup float* factor, uint tokens, bool dense) {
-  const uint e = group.z, ec = min(e, p.experts - 1u);
+    device const uint* tiles, threadgroup uint* row_of, threadgroup float* factor, uint tokens, bool dense) {
+  if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
+  const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = tokens * group.y, c0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
+  const uint t0 = tokens * (tile & 0xffffu), c0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
   if (t0 >= b.count || c0 >= p.hidden) return;  // the whole threadgroup: past the bucket or the rows
 
   const WeightDesc dd = pick_expert_weight(p.down, p.sdown, b.shared);
@@ -319,7 +358,8 @@ inline void moe_down_tile(
                            device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
                            device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
                            device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
-                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
+                           constant MoeTiledParams& p [[buffer(14)]], device const uint* tiles [[buffer(15)]],
+                           uint3 group [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
@@ -328,7 +368,7 @@ inline void moe_down_tile(
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
   moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
-                x_words, w_words, staging, row_of, factor, GEMM_TILE_TOKENS, true);
+                x_words, w_words, staging, tiles, row_of, factor, GEMM_TILE_TOKENS, true);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_affine(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
@@ -338,7 +378,8 @@ inline void moe_down_tile(
                            device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
                            device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
                            device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
-                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
+                           constant MoeTiledParams& p [[buffer(14)]], device const uint* tiles [[buffer(15)]],
+                           uint3 group [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
@@ -347,7 +388,7 @@ inline void moe_down_tile(
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
   moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
-                x_words, w_words, staging, row_of, factor, GEMM_TILE_TOKENS, false);
+                x_words, w_words, staging, tiles, row_of, factor, GEMM_TILE_TOKENS, false);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_affine_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
@@ -357,7 +398,8 @@ inline void moe_down_tile(
                            device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
                            device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
                            device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
-                           constant MoeTiledParams& p [[buffer(14)]], uint3 group [[threadgroup_position_in_grid]],
+                           constant MoeTiledParams& p [[buffer(14)]], device const uint* tiles [[buffer(15)]],
+                           uint3 group [[threadgroup_position_in_grid]],
                            uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
@@ -366,7 +408,7 @@ inline void moe_down_tile(
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
   moe_down_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg, lane,
-                x_words, w_words, staging, row_of, factor, MOE_SHORT_TILE_TOKENS, false);
+                x_words, w_words, staging, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS, false);
 }
 
 

@@ -241,6 +241,9 @@ struct MoeParams {
 // The affine tiled MoE kernels' `_short` build: tiles of MOE_SHORT_TILE_TOKENS bucket rows, for chunks
 // of at most that many (token, slot) entries per expert on average (512 tokens x 8 / 256 experts = 16).
 #define MOE_SHORT_TILE_TOKENS 32u
+// moe_tile_list: one threadgroup of MOE_TILE_LIST_THREADS, MOE_TILE_LIST_PER_THREAD buckets per thread.
+#define MOE_TILE_LIST_THREADS 512
+#define MOE_TILE_LIST_PER_THREAD 2u
 #define MOE_SCAN_THREADS 1024
 #define MOE_SCAN_PER_THREAD 4u
 
@@ -260,6 +263,7 @@ struct MoeTiledParams {
   uint hidden;
   uint shared;
   float shared_scale;
+  uint tile_tokens;  // bucket rows per tile of the expert kernels (moe_tile_list)
 };
 
 struct RouteParams {

@@ -136,6 +136,7 @@ class GpuBackend final : public Backend {
   // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
+  std::unique_ptr<GpuBuffer> moe_tiles_;          // moe_tile_list: the number of the buckets' tiles, then each tile
   std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
   std::unique_ptr<GpuBuffer> exact_parts_;        // gemm_exact's sums per part of the columns (gemm_exact_sum)
   // DeltaNet prompts: deltanet_prep's normalised q and k rows and gates, read by deltanet_tokens

@@ -147,16 +147,19 @@ void add_moe_cases(Cases& all) {
     bool shared;
     std::string routing;
     int hidden = 64, inter = 64, shared_inter = 32;  // shared_inter not a multiple of GEMM_K: rows of sh zero-padded
+    int experts = 6;  // 300: moe_tile_list's scan across several simdgroups
   };
   for (TiledMoe m : {TiledMoe{"q4", 64, DType::BF16, 65, true, "mixed"}, TiledMoe{"q8", 32, DType::F32, 20, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 70, true, "route"}, TiledMoe{"f16", 0, DType::F16, 17, false, "mixed"},
                      TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}, TiledMoe{"q4", 32, DType::BF16, 200, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 33, true, "mixed", 72, 40, 24},
-                     TiledMoe{"q8", 16, DType::F16, 40, true, "route", 80, 48, 16}})
+                     TiledMoe{"q8", 16, DType::F16, 40, true, "route", 80, 48, 16},
+                     TiledMoe{"q4", 64, DType::BF16, 200, true, "mixed", 64, 64, 32, 300}})
     add("moe_experts tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
-            (m.shared ? " + shared" : "") + " " + m.routing + (m.hidden != 64 ? " " + std::to_string(m.hidden) + "x" + std::to_string(m.inter) : ""),
+            (m.shared ? " + shared" : "") + " " + m.routing + (m.hidden != 64 ? " " + std::to_string(m.hidden) + "x" + std::to_string(m.inter) : "") +
+            (m.experts != 6 ? " " + std::to_string(m.experts) + " experts" : ""),
         [m, tiled_tol](Ctx& c) {
-          const int E = 6, H = m.hidden, I = m.inter, K = 2, SI = m.shared_inter;  // SI: a ragged row tile
+          const int E = m.experts, H = m.hidden, I = m.inter, K = 2, SI = m.shared_inter;  // SI: a ragged row tile
           c.shape = std::to_string(E) + " experts " + std::to_string(H) + "x" + std::to_string(I) + " top-" + std::to_string(K) +
                     ", " + std::to_string(m.n) + " tokens" + (m.shared ? ", shared expert " + std::to_string(SI) : "") +
                     (m.routing == "route" ? ", one expert with every token, one with none" : ", one expert with none");

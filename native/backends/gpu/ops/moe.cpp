@@ -79,6 +79,8 @@ static_assert(k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_affine::x && k::mo
 static_assert(MOE_SHORT_TILE_TOKENS % 32 == 0 && MOE_SHORT_TILE_TOKENS <= GEMM_TILE_TOKENS &&
                   MOE_SHORT_TILE_TOKENS * GEMM_K / 8 % GEMM_THREADS == 0,
               "short MoE tiles: 2x2 simdgroups of whole 16x16 products, whole activation runs per thread");
+static_assert(MOE_TILE_LIST_THREADS == 512 && MOE_TILE_LIST_THREADS * MOE_TILE_LIST_PER_THREAD >= ROUTER_MAX_EXPERTS + 1,
+              "moe_tile_list: 16 simdgroups, their totals scanned by one; every bucket and the shared expert's");
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
 
 void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
@@ -126,7 +128,6 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * HALF_ROW_LD(p.sgate.rows) / 2));
   scratch(moe_y_, entries * p.hidden);
   scratch(moe_shared_y_, size_t(n) * p.hidden);
-  const uint32_t buckets = p.experts + p.shared;
 
   const View xh = half_rows(x, n, p.hidden);
   bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
@@ -139,15 +140,21 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
                            (!shared.gate || (affine(p.sgate) && affine(p.sup) && affine(p.sdown)));
   const bool short_tiles = only_affine && size_t(n) * size_t(top_k) <= size_t(MOE_SHORT_TILE_TOKENS) * p.experts;
   const uint32_t tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
-  const uint32_t token_tiles = ceil_div(p.n, tile_tokens);
+  // The buckets' tiles listed on the device; the launches cover the most a routing can give.
+  p.tile_tokens = tile_tokens;
+  const uint32_t max_tiles = ceil_div(size_t(p.n) * p.k, tile_tokens) + p.experts + (p.shared ? ceil_div(p.n, tile_tokens) : 0);
+  scratch(moe_tiles_, size_t(max_tiles) + 1);
+  namespace tl = k::moe_tile_list;
+  Call(*this, tl::id).buf(tl::offsets, moe_offsets_.get()).buf(tl::tiles, moe_tiles_.get()).params(tl::p, p).grid(1)
+      .threads(MOE_TILE_LIST_THREADS).run();
   namespace gu = k::moe_gate_up_tiled;
   Call(*this, short_tiles ? k::moe_gate_up_tiled_affine_short::id : only_affine ? k::moe_gate_up_tiled_affine::id : gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
       .buf(gu::sgw, SG->data.get()).buf(gu::sgs, SG->scales.get()).buf(gu::sgb, SG->biases.get())
       .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, xh)
       .buf(gu::offsets, moe_offsets_.get()).buf(gu::entries, moe_entries_.get()).buf(gu::h, moe_h_.get())
-      .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
-      .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
+      .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p).buf(gu::tiles, moe_tiles_.get())
+      .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), max_tiles).threads(GEMM_THREADS).run();
 
   namespace dn = k::moe_down_tiled;
   Call(*this, short_tiles ? k::moe_down_tiled_affine_short::id : only_affine ? k::moe_down_tiled_affine::id : dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
@@ -155,8 +162,8 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .buf(dn::h, moe_h_.get()).buf(dn::sh, moe_shared_h_.get()).buf(dn::offsets, moe_offsets_.get())
       .buf(dn::entries, moe_entries_.get()).buf(dn::weights, weights)
       .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).buf(dn::y, moe_y_.get())
-      .buf(dn::ys, moe_shared_y_.get()).params(dn::p, p)
-      .grid(ceil_div(p.hidden, GEMM_TILE_ROWS), token_tiles, buckets).threads(GEMM_THREADS).run();
+      .buf(dn::ys, moe_shared_y_.get()).params(dn::p, p).buf(dn::tiles, moe_tiles_.get())
+      .grid(ceil_div(p.hidden, GEMM_TILE_ROWS), max_tiles).threads(GEMM_THREADS).run();
 
   namespace cb = k::moe_combine;
   Call(*this, cb::id).buf(cb::y, moe_y_.get()).buf(cb::ys, moe_shared_y_.get()).buf(cb::positions, moe_positions_.get())
