@@ -9,10 +9,10 @@
 // updated in place, and the graph is launched as one unit, without waiting, so that the host records
 // step n+1 while the GPU runs step n. Updates never affect a launch in flight.
 //
-// Programmatic dependent launch (compute capability 9.0 and later, with MOELENS_CUDA_PDL=1): each kernel of
-// a decode step may be launched while the previous one still runs; its blocks wait at entry
-// (msl_cuda::await_previous_kernel) until that kernel has finished. Prompt chunks always launch plainly
-// (Dispatch::overlap). Off by default: on the H200 it measured slower for both (docs/metal.md).
+// Programmatic dependent launch (compute capability 9.0 and later): each kernel of a decode step may be
+// launched while the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel)
+// until that kernel has finished, so the launch latency between two kernels is hidden. Prompt chunks
+// launch plainly (Dispatch::overlap: it measured slower there). MOELENS_CUDA_PDL=0 turns it off.
 //
 // MOELENS_CUDA_GRAPH=0 launches each kernel directly instead; MOELENS_CUDA_PROFILE=1 does so too and
 // times every kernel with events (stats() then lists GPU time per kernel; launches are plain there).
@@ -101,7 +101,7 @@ class CudaRuntime final : public Runtime {
     int device = 0, major = 0;
     check(cudaGetDevice(&device), "device");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "device attribute");
-    programmatic_ = major >= 9 && env_is("MOELENS_CUDA_PDL", "1");
+    programmatic_ = major >= 9 && !env_is("MOELENS_CUDA_PDL", "0");
   }
   ~CudaRuntime() override {
     cudaStreamSynchronize(stream_);
