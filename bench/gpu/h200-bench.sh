@@ -119,17 +119,18 @@ stamp "moelens speed done"
 MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 \
   --decode 32 --peak-gbps 4800 > "$out/profile.txt" 2>&1 || stamp "profile FAILED"
 stamp "profile done"
-# Decode at depth: the prompt (prefilled in chunks of PREFILL_CHUNK) fills the KV cache that every decoded
-# token's attention then reads; speed prints the bytes per token (weights, state, KV at the depth) and
-# their fraction of 4.8 TB/s. A per-kernel profile at 4,096.
+# Decode at depth: the prompt (prefilled in chunks of PREFILL_CHUNK, on the fp16 tiled kernels: at fp32 a
+# 32,768-token prompt takes about a minute; decode runs the same kernels at either precision) fills the
+# KV cache that every decoded token's attention then reads; speed prints the bytes per token (weights,
+# state, KV at the depth) and their fraction of 4.8 TB/s. A per-kernel profile at 4,096.
 for depth in "${depths[@]}"; do
-  timeout 400 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt "$depth" --decode "$decode" \
-    --peak-gbps 4800 > "$out/speed-$depth.txt" 2>&1 || stamp "speed at depth $depth FAILED"
+  timeout 400 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --precision fp16 --prompt "$depth" \
+    --decode "$decode" --peak-gbps 4800 > "$out/speed-$depth.txt" 2>&1 || stamp "speed at depth $depth FAILED"
   stamp "decode at depth $depth: $(grep -h 'token kept on the device' "$out/speed-$depth.txt" | sed 's/, digest.*//')"
   stamp "  $(grep -h 'decode reads' "$out/speed-$depth.txt" || true)"
 done
-MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 4096 \
-  --decode 32 --peak-gbps 4800 > "$out/profile-4096.txt" 2>&1 || stamp "profile at 4096 FAILED"
+MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --precision fp16 \
+  --prompt 4096 --decode 32 --peak-gbps 4800 > "$out/profile-4096.txt" 2>&1 || stamp "profile at 4096 FAILED"
 stamp "moelens decode at depth done"
 
 # 6. llama.cpp on the same weights, same call.
