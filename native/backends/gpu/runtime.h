@@ -31,7 +31,7 @@ struct Dispatch {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t threads[3] = {1, 1, 1};
   // May be launched while the previous kernel still runs, its threads waiting at entry until that one has
-  // finished (CUDA: programmatic dependent launch); runtimes that cannot ignore it.
+  // finished (CUDA: programmatic dependent launch); runtimes without such launches ignore it.
   bool overlap = true;
 };
 
