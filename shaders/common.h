@@ -176,4 +176,18 @@ inline float threadgroup_max(float v, threadgroup float* scratch, uint sg, uint 
   return total;
 }
 
+// 16 bytes (4 words: a tile's run of 8 halfs, a float4 as_type<uint4>) into threadgroup memory at a
+// 16-byte aligned dst: one 16-byte store with CUDA (nvcc does not merge the word stores); word by word
+// elsewhere (the strict address-space build has no vector stores).
+inline void store_words(threadgroup half* dst, uint4 words) {
+#if defined(MSL_TARGET_CUDA)
+  *(threadgroup uint4*)dst = words;
+#else
+  threadgroup uint* w = (threadgroup uint*)dst;
+  w[0] = words.x;
+  w[1] = words.y;
+  w[2] = words.z;
+  w[3] = words.w;
+#endif
+}
 #endif

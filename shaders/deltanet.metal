@@ -85,20 +85,6 @@ inline float softplus(float x) {
     if (j < past && c < C) state[ulong(j) * C + c] = rows[j];
 }
 
-// A float4 into threadgroup memory: one 16-byte store with CUDA, a float at a time elsewhere (the strict
-// address-space build has no vector stores to threadgroup memory).
-inline void store_float4(threadgroup float4* dst, float4 v) {
-#if defined(MSL_TARGET_CUDA)
-  *dst = v;
-#else
-  threadgroup float* f = (threadgroup float*)dst;
-  f[0] = v.x;
-  f[1] = v.y;
-  f[2] = v.z;
-  f[3] = v.w;
-#endif
-}
-
 // The gated delta rule for prompts, part 1: everything that does not depend on the state, for all tokens
 // at once. A simdgroup per (token, key head): q and k l2-normalised (q also scaled by key_dim^-½) into
 // qk [n, key_heads, 2, DELTANET_MAX_KEY_DIM] (q's row, then k's; zeros past key_dim, so that the
@@ -126,7 +112,8 @@ inline void store_float4(threadgroup float4* dst, float4 v) {
   qkd = simd_sum(mine ? qkd : 0.0f);
   const float qn = mine ? 1.0f / sqrt(float(Dk)) / sqrt(qq + p.eps) : 0.0f, kn = mine ? 1.0f / sqrt(kk + p.eps) : 0.0f;
   if (pair >= p.n * Hk) return;  // after the collectives, which need every lane
-  device float* row = (device float*)(qk + (ulong(t) * Hk + kh) * 2u * W4);  // a float at a time: see store_float4
+  // Written a float at a time: the strict address-space build has no vector stores.
+  device float* row = (device float*)(qk + (ulong(t) * Hk + kh) * 2u * W4);
   for (uint e = 0; e < 4u; ++e) row[4u * lane + e] = q[e] * qn, row[4u * (W4 + lane) + e] = k[e] * kn;
   const uint group_heads = Hv / Hk;  // the value heads that read this key head
   for (uint g = lane; g < group_heads; g += 32u) {
@@ -209,8 +196,8 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
   for (uint t0 = 0; t0 < p.n; t0 += DELTANET_BLOCK) {
     const uint count = min(DELTANET_BLOCK, p.n - t0);
     for (uint i = 0; i < DELTANET_BLOCK * 2u * W4 / DELTANET_TOKENS_THREADS; ++i)
-      store_float4(qks + tid + DELTANET_TOKENS_THREADS * i, in.qk[i]);
-    if (tid < DELTANET_BLOCK) store_float4(gs + tid, in.gate);
+      store_words((threadgroup half*)(qks + tid + DELTANET_TOKENS_THREADS * i), as_type<uint4>(in.qk[i]));
+    if (tid < DELTANET_BLOCK) store_words((threadgroup half*)(gs + tid), as_type<uint4>(in.gate));
     for (uint i = 0; i < DELTANET_BLOCK * COLUMNS / DELTANET_TOKENS_THREADS; ++i) vs[tid + DELTANET_TOKENS_THREADS * i] = in.v[i];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next block's reads, in flight during the steps (after the last block: the last token again).

@@ -89,20 +89,6 @@ inline WeightDesc pick_expert_weight(constant WeightDesc& routed, constant Weigh
 // whose assignment cannot target threadgroup memory in the strict address-space mode).
 inline uint half2_bits(float a, float b) { return uint(as_type<ushort>(half(a))) | (uint(as_type<ushort>(half(b))) << 16u); }
 
-// A run of 8 halfs (4 words) into a tile, 16-byte aligned: one 16-byte store with CUDA (nvcc does
-// not merge the word stores); word by word elsewhere (the strict address-space build has no vector
-// stores).
-inline void store_words(threadgroup half* dst, uint4 words) {
-#if defined(MSL_TARGET_CUDA)
-  *(threadgroup uint4*)dst = words;
-#else
-  threadgroup uint* w = (threadgroup uint*)dst;
-  w[0] = words.x;
-  w[1] = words.y;
-  w[2] = words.z;
-  w[3] = words.w;
-#endif
-}
 inline void store_run(threadgroup half* dst, float v0, float v1, float v2, float v3, float v4, float v5, float v6,
                       float v7) {
   store_words(dst, uint4(half2_bits(v0, v1), half2_bits(v2, v3), half2_bits(v4, v5), half2_bits(v6, v7)));

@@ -40,19 +40,8 @@ GpuBackend::~GpuBackend() {
   } catch (const std::exception&) {
     // The work failed and nobody waits for its result; what matters now is freeing the buffers.
   }
-  dummy_.reset();
-  moe_h_.reset();
-  moe_shared_h_.reset();
-  moe_offsets_.reset();
-  moe_entries_.reset();
-  moe_positions_.reset();
-  moe_y_.reset();
-  moe_shared_y_.reset();
-  half_x_.reset();
-  attn_ml_.reset();
-  attn_o_.reset();
-  attn_lse_.reset();
-  argmax_parts_.reset();
+  // The scratch buffers are members declared after runtime_ and mu_, so they are destroyed (and release
+  // their device memory through them) before either.
 }
 
 void GpuBackend::submit(const Dispatch& d) {

@@ -123,7 +123,7 @@ class GpuBackend final : public Backend {
   void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
                          View weights, int n, int k, View out, const SharedExpert& shared);
 
-  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<Runtime> runtime_;  // first, with mu_ before the buffers: destroyed after them (~GpuBackend)
   Precision precision_;
   int prefill_min_tokens_ = int(PREFILL_MIN_TOKENS);
   std::recursive_mutex mu_;

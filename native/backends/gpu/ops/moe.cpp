@@ -139,16 +139,22 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   const bool only_affine = affine(G.desc) && affine(U.desc) && affine(D.desc) &&
                            (!shared.gate || (affine(p.sgate) && affine(p.sup) && affine(p.sdown)));
   const bool short_tiles = only_affine && size_t(n) * size_t(top_k) <= size_t(MOE_SHORT_TILE_TOKENS) * p.experts;
-  const uint32_t tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
+  const k::Id gate_up_id = short_tiles   ? k::moe_gate_up_tiled_affine_short::id
+                           : only_affine ? k::moe_gate_up_tiled_affine::id
+                                         : k::moe_gate_up_tiled::id;
+  const k::Id down_id = short_tiles   ? k::moe_down_tiled_affine_short::id
+                        : only_affine ? k::moe_down_tiled_affine::id
+                                      : k::moe_down_tiled::id;
   // The buckets' tiles listed on the device; the launches cover the most a routing can give.
-  p.tile_tokens = tile_tokens;
-  const uint32_t max_tiles = ceil_div(size_t(p.n) * p.k, tile_tokens) + p.experts + (p.shared ? ceil_div(p.n, tile_tokens) : 0);
+  p.tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
+  const uint32_t max_tiles =
+      ceil_div(size_t(p.n) * p.k, p.tile_tokens) + p.experts + (p.shared ? ceil_div(p.n, p.tile_tokens) : 0);
   scratch(moe_tiles_, size_t(max_tiles) + 1);
   namespace tl = k::moe_tile_list;
   Call(*this, tl::id).buf(tl::offsets, moe_offsets_.get()).buf(tl::tiles, moe_tiles_.get()).params(tl::p, p).grid(1)
       .threads(MOE_TILE_LIST_THREADS).run();
   namespace gu = k::moe_gate_up_tiled;
-  Call(*this, short_tiles ? k::moe_gate_up_tiled_affine_short::id : only_affine ? k::moe_gate_up_tiled_affine::id : gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
+  Call(*this, gate_up_id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
       .buf(gu::sgw, SG->data.get()).buf(gu::sgs, SG->scales.get()).buf(gu::sgb, SG->biases.get())
       .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, xh)
@@ -157,7 +163,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), GEMM_TILE_ROWS), max_tiles).threads(GEMM_THREADS).run();
 
   namespace dn = k::moe_down_tiled;
-  Call(*this, short_tiles ? k::moe_down_tiled_affine_short::id : only_affine ? k::moe_down_tiled_affine::id : dn::id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
+  Call(*this, down_id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
       .buf(dn::sdw, SD->data.get()).buf(dn::sds, SD->scales.get()).buf(dn::sdb, SD->biases.get())
       .buf(dn::h, moe_h_.get()).buf(dn::sh, moe_shared_h_.get()).buf(dn::offsets, moe_offsets_.get())
       .buf(dn::entries, moe_entries_.get()).buf(dn::weights, weights)
