@@ -85,14 +85,15 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   const uint ld = HALF_ROW_LD(p.cols);
   const uint runs = TILE_RUNS_PER_THREAD;
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_K, tid, true);
+  WeightRuns wr =
+      fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_K, tid, true, no_weight_runs(), false);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
     store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     store_weights(wr, w, job.data, job.scales, job.biases, job.row0, w.rows, k0, GEMM_K, wt, tid, true);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, GEMM_K, tid, true);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, GEMM_K, tid, true, wr, true);
     tile_products(xt, wt, GEMM_K, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
@@ -142,14 +143,16 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   const uint ld = HALF_ROW_LD(p.cols);
   const uint runs = GEMM_WIDE_TILE * GEMM_WIDE_K / 8u / uint(GEMM_WIDE_THREADS);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
-  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_WIDE_K, tid, true);
+  WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_WIDE_K, tid, true,
+                                no_weight_runs(), false);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_WIDE_K) {
     store_activations(xr, xt, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
     store_weights(wr, w, job.data, job.scales, job.biases, job.row0, w.rows, k0, GEMM_WIDE_K, wt, tid, true);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_WIDE_K, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
-    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_WIDE_K, GEMM_WIDE_K, tid, true);
+    wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_WIDE_K, GEMM_WIDE_K, tid, true, wr,
+                       true);
     tile_products(xt, wt, GEMM_WIDE_K, 64u * m, 32u * c, 8u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }

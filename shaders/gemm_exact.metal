@@ -7,6 +7,7 @@ using namespace metal;
 #include "tiles.h"
 
 #define EXACT_RUNS_PER_THREAD (GEMM_EXACT_TILE * GEMM_EXACT_K / 8u / uint(GEMM_EXACT_THREADS))
+#define EXACT_RUNS_PER_ROW (GEMM_EXACT_K / 8u)
 
 // A thread's reads of one K-step, kept raw so that they are in flight during the step before: columns
 // c .. c+7 of its x row and of its weight row (clamped to the row; masked when stored). Quantized: w[0],
@@ -65,10 +66,10 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
 // partial [parts, n, total_tiles · GEMM_EXACT_TILE] (rows numbered across the jobs' tiles) for
 // gemm_exact_sum.
 // Threadgroup (row tile, token tile): GEMM_EXACT_TILE tokens x GEMM_EXACT_TILE rows; thread (ty, tx)
-// of 16x16 holds the 4x4 outputs of tokens ty + 16i and rows tx + 16j. Each K-step stores x and the
-// dequantised W column-major in threadgroup memory ([k][token], [k][row]: a warp's stores and its
-// reads of 16 consecutive rows fall on distinct banks), then every thread runs GEMM_EXACT_K rank-1
-// updates of its block, k in order.
+// of 16x16 holds the 4x4 outputs of tokens 4ty + i and rows 4tx + j. Each K-step stores x and the
+// dequantised W column-major in threadgroup memory ([k][token], [k][row]), then every thread runs
+// GEMM_EXACT_K rank-1 updates of its block, k in order, each reading its 4 tokens and its 4 rows as one
+// 16-byte load apiece.
 [[max_total_threads_per_threadgroup(GEMM_EXACT_THREADS)]] kernel void gemm_exact(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                        device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
                        device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
@@ -80,8 +81,10 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
                        device const float* x [[buffer(16)]], device float* partial [[buffer(17)]],
                        constant GemmParams& p [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
                        uint tid [[thread_index_in_threadgroup]]) {
-  threadgroup float xs[GEMM_EXACT_K * GEMM_EXACT_TILE];
-  threadgroup float ws[GEMM_EXACT_K * GEMM_EXACT_TILE];
+  threadgroup float4 xs4[GEMM_EXACT_K * GEMM_EXACT_TILE / 4u];  // float4: 16-byte aligned
+  threadgroup float4 ws4[GEMM_EXACT_K * GEMM_EXACT_TILE / 4u];
+  threadgroup float* xs = (threadgroup float*)xs4;
+  threadgroup float* ws = (threadgroup float*)ws4;
   const uint tile = group.x, t0 = GEMM_EXACT_TILE * group.y;
   const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
                  (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
@@ -93,9 +96,11 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
   device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
   device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
 
-  // Loading: thread tid takes row (token) tid % 64 and the run of 8 columns tid / 64 of each K-step, read
-  // a step ahead; rows past the matrix or the chunk repeat the last one (their outputs are not stored).
-  const uint load_row = tid % GEMM_EXACT_TILE, first_run = tid / GEMM_EXACT_TILE;
+  // Loading: thread tid takes row (token) tid / EXACT_RUNS_PER_ROW and the run of 8 columns
+  // tid % EXACT_RUNS_PER_ROW of each K-step, read a step ahead, so that a simdgroup's reads cover 8 rows
+  // (a cache line of each) rather than a word of 32 rows; rows past the matrix or the chunk repeat the
+  // last one (their outputs are not stored).
+  const uint load_row = tid / EXACT_RUNS_PER_ROW, first_run = tid % EXACT_RUNS_PER_ROW;
   device const float* xrow = x + ulong(min(t0 + load_row, p.n - 1u)) * p.cols;
   const ulong wrow = ulong(min(row0 + load_row, w.rows - 1u));
   const uint ty = tid / 16u, tx = tid % 16u;
@@ -117,9 +122,8 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
     // The next step's reads, in flight during the products (after the last: clamped, unused).
     r = exact_fetch(w, data, scales, biases, wrow, xrow, p.cols, run_col + GEMM_EXACT_K);
     for (uint kk = 0; kk < GEMM_EXACT_K; ++kk) {
-      float a[4], b[4];
-      for (uint i = 0; i < 4u; ++i) a[i] = xs[kk * GEMM_EXACT_TILE + ty + 16u * i];
-      for (uint c = 0; c < 4u; ++c) b[c] = ws[kk * GEMM_EXACT_TILE + tx + 16u * c];
+      const float4 a4 = xs4[(kk * GEMM_EXACT_TILE) / 4u + ty], b4 = ws4[(kk * GEMM_EXACT_TILE) / 4u + tx];
+      const float a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
       for (uint i = 0; i < 4u; ++i)
         for (uint c = 0; c < 4u; ++c) acc[i][c] = fma(a[i], b[c], acc[i][c]);
     }
@@ -127,11 +131,11 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
   }
   const uint padded_rows = p.total_tiles * GEMM_EXACT_TILE;
   for (uint i = 0; i < 4u; ++i) {
-    const uint t = t0 + ty + 16u * i;
+    const uint t = t0 + 4u * ty + i;
     for (uint c = 0; c < 4u; ++c) {
-      const uint row = row0 + tx + 16u * c;
+      const uint row = row0 + 4u * tx + c;
       if (t < p.n && row < w.rows) {
-        if (p.parts > 1u) partial[(ulong(group.z) * p.n + t) * padded_rows + GEMM_EXACT_TILE * tile + tx + 16u * c] = acc[i][c];
+        if (p.parts > 1u) partial[(ulong(group.z) * p.n + t) * padded_rows + GEMM_EXACT_TILE * tile + 4u * tx + c] = acc[i][c];
         else out[ulong(t) * w.rows + row] = acc[i][c];
       }
     }

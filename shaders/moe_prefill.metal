@@ -140,6 +140,11 @@ struct Bucket {
   bool shared;
 };
 
+// Whether a build keeps the scale words that consecutive K-steps share (fetch_scale_words) instead of
+// reading them again: all but the affine build of GEMM_TILE_TOKENS rows, which holding them takes from
+// 128 to about 160 registers with CUDA (3 threadgroups per SM instead of 4: slower than the reads).
+inline bool keeps_scale_words(uint tokens, bool dense) { return dense || tokens != GEMM_TILE_TOKENS; }
+
 inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n) {
   const uint ec = min(e, experts - 1u);
   const uint begin = offsets[ec], end = offsets[ec + 1u];
@@ -192,6 +197,7 @@ inline void moe_gate_up_tile(
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   const uint m = sg / 2u, c = sg % 2u;
+  const bool keep = keeps_scale_words(tokens, dense);
   simdgroup_float8x8 acc_g[16], acc_u[16];
   for (uint i = 0; i < 16u; ++i) {
     acc_g[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -200,8 +206,10 @@ inline void moe_gate_up_tile(
   const uint ld = HALF_ROW_LD(p.hidden);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
-  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid, dense);
-  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid, dense);
+  WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid, dense, no_weight_runs(),
+                                false);
+  WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid, dense, no_weight_runs(),
+                                false);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
     store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     store_weights(gr, gd, gdata, gscales, gbiases, i0, gd.rows, k0, GEMM_K, gt, tid, dense);
@@ -209,8 +217,10 @@ inline void moe_gate_up_tile(
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense,
+                       gr, keep);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense,
+                       ur, keep);
     tile_products(xt, gt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_g);
     tile_products(xt, ut, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -320,19 +330,22 @@ inline void moe_down_tile(
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   const uint m = sg / 2u, c = sg % 2u;
+  const bool keep = keeps_scale_words(tokens, dense);
   simdgroup_float8x8 acc[16];
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
-  WeightRuns wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid, dense);
+  WeightRuns wr =
+      fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid, dense, no_weight_runs(), false);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
     store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     store_weights(wr, dd, data, scales, biases, c0, dd.rows, k0, GEMM_K, wt, tid, dense);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense,
+                       wr, keep);
     tile_products(xt, wt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }

@@ -67,12 +67,13 @@
 #define GEMM_PAD 8u
 #define GEMM_OUT_PAD 8u
 #define GEMM_THREADS 128
-// Chunks of at least GEMM_WIDE_MIN_TOKENS tokens run gemm_wide: tiles of GEMM_WIDE_TILE tokens x
+// Chunks of at least GEMM_WIDE_MIN_TOKENS tokens run gemm_wide (on the H200 gemm is faster up to 1,024
+// tokens, gemm_wide at 4,096): tiles of GEMM_WIDE_TILE tokens x
 // GEMM_WIDE_TILE rows on GEMM_WIDE_THREADS (8 simdgroups of 64x32), GEMM_WIDE_K columns per step
 // (two 128 x 72-half tiles would take 36 KiB of threadgroup memory, over Metal's 32 KiB), the
 // epilogue staged in the activation tile (8 slabs of 8 x STAGING_LD floats fit in its 128 x 40 halfs).
 #ifndef GEMM_WIDE_MIN_TOKENS
-#define GEMM_WIDE_MIN_TOKENS 512u
+#define GEMM_WIDE_MIN_TOKENS 2048u
 #endif
 #define GEMM_WIDE_TILE 128u
 #define GEMM_WIDE_K 32u

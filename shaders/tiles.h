@@ -142,24 +142,47 @@ struct WeightRuns {
   uint4 lo;
   uint4 hi;
 };
+// No fetch yet: what the first K-step's fetch_weights gets as `held` (with `keep` false).
+inline WeightRuns no_weight_runs() {
+  WeightRuns f;
+  f.lo = uint4(0u, 0u, 0u, 0u);
+  f.hi = uint4(0u, 0u, 0u, 0u);
+  return f;
+}
 inline uint weight_row(uint tid) { return tid / 2u; }
 inline uint weight_column(uint tid, uint k) { return (k / 2u) * (tid % 2u); }
+
+// The scale's and the bias's 4-byte words of a quantized row for column c (`per_word` columns to a
+// 4-byte word of values). A 16-bit word holds two groups, so consecutive K-steps often share it: with
+// `keep`, the words of `held` (a fetch of the same row `step` columns before) are kept when they are
+// the same words instead of read again (each such read is a cache line per row of the tile, a large
+// part of the loaders' traffic through L1). `keep` is known at compile time, so that a build without
+// it has no trace of `held`.
+inline uint2 fetch_scale_words(thread const WeightDesc& w, device const uchar* scales, device const uchar* biases, ulong row,
+                               uint c, uint per_word, uint step, thread const WeightRuns& held, bool keep) {
+  const uint words = w.row_bytes / 4u;
+  const uint index = scale_word(min(c / per_word, words - 1u) >> w.group_shift, w.scale_type);
+  const uint before = scale_word(min((c - step) / per_word, words - 1u) >> w.group_shift, w.scale_type);
+  const bool fresh = !keep || c < step || index != before;
+  const uint scale = fresh ? ((device const uint*)(scales + row * w.scale_row_bytes))[index] : held.hi.x;
+  const uint bias = fresh ? ((device const uint*)(biases + row * w.scale_row_bytes))[index] : held.hi.y;
+  return uint2(scale, bias);
+}
 
 // 16 columns c .. c+15 of a row that is not 4-bit, as WeightRuns keeps them: one vector load of the
 // values (16 bytes at 8 bits, two of 16 for bf16/f16; offsets clamped to the row, whose values past
 // `cols` are masked later) and the scale's and the bias's word; f32 rows by scalar loads, rounded here
 // (the one format whose values are used at once).
 inline WeightRuns fetch_16_columns(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                   device const uchar* biases, ulong row, uint c, bool dense) {
+                                   device const uchar* biases, ulong row, uint c, bool dense, uint step,
+                                   thread const WeightRuns& held, bool keep) {
   device const uchar* row_data = data + row * w.row_bytes;
   WeightRuns f;
   if (!dense || w.format == WEIGHT_Q8) {
-    const uint words = w.row_bytes / 4u, group = min(c / 4u, words - 1u) >> w.group_shift;
-    const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
-    const uint bias = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    const uint2 sw = fetch_scale_words(w, scales, biases, row, c, 4u, step, held, keep);
     const uint4 v = *(device const uint4*)(row_data + min(c, w.row_bytes - 16u));
     f.lo = v;
-    f.hi = uint4(scale, bias, 0u, 0u);
+    f.hi = uint4(sw.x, sw.y, 0u, 0u);
   } else if (w.format == WEIGHT_F32) {
     device const float* row_floats = (device const float*)row_data;
     float v[16];
@@ -178,17 +201,18 @@ inline WeightRuns fetch_16_columns(thread const WeightDesc& w, device const ucha
 // Weight rows row0 .. row0+tile rows-1 (rows past `rows` repeat the last; their products are never
 // stored), columns k0 .. k0+k-1: at 4 bits one vector load of the half row's values (8 or 16 bytes,
 // the offset clamped to the row), its scale's and its bias's word; other formats fetch_16_columns.
+// `held` is the fetch of the K-step before, whose scale words are kept where they serve this one too
+// when `keep` (fetch_scale_words).
 inline WeightRuns fetch_weights(thread const WeightDesc& w, device const uchar* data, device const uchar* scales,
-                                device const uchar* biases, uint row0, uint rows, uint k0, uint k, uint tid, bool dense) {
+                                device const uchar* biases, uint row0, uint rows, uint k0, uint k, uint tid, bool dense,
+                                thread const WeightRuns& held, bool keep) {
   const uint c = k0 + weight_column(tid, k);
   const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
-  if (w.format != WEIGHT_Q4) return fetch_16_columns(w, data, scales, biases, row, c, dense);
+  if (w.format != WEIGHT_Q4) return fetch_16_columns(w, data, scales, biases, row, c, dense, k, held, keep);
   device const uchar* row_data = data + row * w.row_bytes;
-  const uint words = w.row_bytes / 4u, group = min(c / 8u, words - 1u) >> w.group_shift;
-  const uint scale = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
-  const uint bias = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+  const uint2 sw = fetch_scale_words(w, scales, biases, row, c, 8u, k, held, keep);
   WeightRuns f;
-  f.hi = uint4(scale, bias, 0u, 0u);
+  f.hi = uint4(sw.x, sw.y, 0u, 0u);
   if (k == 64u) {
     const uint4 v = *(device const uint4*)(row_data + min(c / 2u, w.row_bytes - 16u));
     f.lo = v;
@@ -274,7 +298,8 @@ inline void store_weights(thread const WeightRuns& f, thread const WeightDesc& w
     store_16_columns(f, w, c, dst, dense);
     if (k == 64u) {
       const ulong row = ulong(min(row0 + weight_row(tid), rows - 1u));
-      store_16_columns(fetch_16_columns(w, data, scales, biases, row, c + 16u, dense), w, c + 16u, dst + 16u, dense);
+      store_16_columns(fetch_16_columns(w, data, scales, biases, row, c + 16u, dense, 16u, f, true), w, c + 16u,
+                       dst + 16u, dense);
     }
   }
 }

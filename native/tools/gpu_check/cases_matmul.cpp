@@ -70,13 +70,15 @@ void add_matmul_cases(Cases& all) {
     int n, rows, cols;
     size_t x_offset = 0;
   };
+  const int wide = int(GEMM_WIDE_MIN_TOKENS);  // chunks from here on run gemm_wide
   for (TiledShape m : {TiledShape{"q4", 64, DType::BF16, 65, 37, 256}, TiledShape{"q4", 32, DType::F16, 16, 70, 128},
                        TiledShape{"q4", 128, DType::F32, 20, 64, 256, 1}, TiledShape{"q8", 64, DType::BF16, 65, 37, 128},
                        TiledShape{"q8", 32, DType::F16, 16, 9, 96, 1}, TiledShape{"q8", 128, DType::F32, 17, 40, 128},
                        TiledShape{"bf16", 0, DType::BF16, 65, 37, 72, 1}, TiledShape{"f16", 0, DType::BF16, 16, 65, 40},
                        TiledShape{"f32", 0, DType::BF16, 33, 37, 100}, TiledShape{"q4", 32, DType::BF16, 200, 70, 96},
-                       TiledShape{"q8", 64, DType::F16, 1100, 24, 64}, TiledShape{"q4", 64, DType::BF16, 200, 33, 64, 1},
-                       TiledShape{"q4", 32, DType::BF16, 600, 150, 96, 1}, TiledShape{"bf16", 0, DType::BF16, 520, 37, 72}})
+                       TiledShape{"q8", 64, DType::F16, wide + 76, 24, 64}, TiledShape{"q4", 64, DType::BF16, 200, 33, 64, 1},
+                       TiledShape{"q4", 32, DType::BF16, wide + 88, 150, 96, 1}, TiledShape{"bf16", 0, DType::BF16, wide + 8, 37, 72},
+                       TiledShape{"q4", 32, DType::BF16, 600, 150, 96, 1}})
     add("matmul tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.x_offset ? " unaligned" : ""),
         [m, tiled_tol](Ctx& c) {

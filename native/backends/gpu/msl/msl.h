@@ -133,7 +133,7 @@ struct msl_vec;
   msl_vec& operator=(const msl_vec& o) { copy_from(reinterpret_cast<uintptr_t>(&o), &o.x); return *this; } \
   void copy_from(uintptr_t address, const T* src) {                                              \
     if (address % alignof(msl_vec) != 0) msl_emu::misaligned_vector(address, alignof(msl_vec));  \
-    for (int i = 0; i < N; ++i) (&x)[i] = src[i];                                                \
+    std::memcpy(static_cast<void*>(this), src, N * sizeof(T)); /* the components lie in order */ \
   }                                                                                              \
   MSL_VEC_AS_COPY(N)
 
