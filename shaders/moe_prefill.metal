@@ -217,10 +217,8 @@ inline void moe_gate_up_tile(
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense,
-                       gr, keep);
-    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense,
-                       ur, keep);
+    gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense, gr, keep);
+    ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense, ur, keep);
     tile_products(xt, gt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_g);
     tile_products(xt, ut, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_u);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -344,8 +342,7 @@ inline void moe_down_tile(
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
     xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
-    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense,
-                       wr, keep);
+    wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense, wr, keep);
     tile_products(xt, wt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
