@@ -22,8 +22,11 @@ inline float scale_in_word(uint word, uint g, uint type) {
   const float from16 = type == SCALE_BF16 ? as_type<float>(half_bits << 16) : float(as_type<half>(ushort(half_bits)));
   return type == SCALE_F32 ? as_type<float>(word) : from16;
 }
+inline uint load_scale_word(device const uchar* row, uint g, uint type) {
+  return ((device const uint*)row)[scale_word(g, type)];
+}
 inline float load_scale(device const uchar* row, uint g, uint type) {
-  return scale_in_word(((device const uint*)row)[scale_word(g, type)], g, type);
+  return scale_in_word(load_scale_word(row, g, type), g, type);
 }
 
 // Element i of a dense row stored as bf16, f16 or f32 (embedding rows).

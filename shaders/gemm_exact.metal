@@ -28,8 +28,8 @@ inline ExactRun exact_fetch(thread const WeightDesc& w, device const uchar* data
     const uint words = w.row_bytes / 4u, wi = min(c / (q4 ? 8u : 4u), words - 1u), group = wi >> w.group_shift;
     r.w[0] = ((device const uint*)row_data)[wi];
     r.w[1] = ((device const uint*)row_data)[min(wi + 1u, words - 1u)];
-    r.w[2] = ((device const uint*)(scales + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
-    r.w[3] = ((device const uint*)(biases + row * w.scale_row_bytes))[scale_word(group, w.scale_type)];
+    r.w[2] = load_scale_word(scales + row * w.scale_row_bytes, group, w.scale_type);
+    r.w[3] = load_scale_word(biases + row * w.scale_row_bytes, group, w.scale_type);
     for (uint e = 4u; e < 8u; ++e) r.w[e] = 0u;
   } else if (w.format == WEIGHT_F32) {
     for (uint e = 0; e < 8u; ++e) r.w[e] = as_type<uint>(((device const float*)row_data)[min(c + e, w.cols - 1u)]);

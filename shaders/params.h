@@ -57,8 +57,8 @@
 // (4 simdgroups, 2x2) computes a tile of GEMM_TILE_TOKENS tokens x GEMM_TILE_ROWS output rows, each
 // simdgroup a 32x32 quarter as 4x4 simdgroup matrices of 8x8, stepping through the columns GEMM_K at
 // a time. GEMM_K is one quantization group of the MLX checkpoints: per half row and step a thread
-// makes one 16-byte load of 4-bit values, one scale and one bias load, and each step has 64 columns
-// of reads in flight. The tiles hold half (the matrix units' operands), rows padded by GEMM_PAD halfs
+// makes one 16-byte load of 4-bit values and at most one scale and one bias load (a step sharing the
+// previous step's scale words keeps them), and each step has 64 columns of reads in flight. The tiles hold half (the matrix units' operands), rows padded by GEMM_PAD halfs
 // (144 bytes apart at 64 columns, 80 at 32: an odd number of 16-byte units, so the 8 rows of an 8x8
 // load fall on distinct banks); the epilogue's fp32 rows by GEMM_OUT_PAD floats.
 #define GEMM_TILE_TOKENS 64u

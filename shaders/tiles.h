@@ -161,11 +161,11 @@ inline uint weight_column(uint tid, uint k) { return (k / 2u) * (tid % 2u); }
 inline uint2 fetch_scale_words(thread const WeightDesc& w, device const uchar* scales, device const uchar* biases, ulong row,
                                uint c, uint per_word, uint step, thread const WeightRuns& held, bool keep) {
   const uint words = w.row_bytes / 4u;
-  const uint index = scale_word(min(c / per_word, words - 1u) >> w.group_shift, w.scale_type);
-  const uint before = scale_word(min((c - step) / per_word, words - 1u) >> w.group_shift, w.scale_type);
-  const bool fresh = !keep || c < step || index != before;
-  const uint scale = fresh ? ((device const uint*)(scales + row * w.scale_row_bytes))[index] : held.hi.x;
-  const uint bias = fresh ? ((device const uint*)(biases + row * w.scale_row_bytes))[index] : held.hi.y;
+  const uint group = min(c / per_word, words - 1u) >> w.group_shift;
+  const uint before = min((c - step) / per_word, words - 1u) >> w.group_shift;
+  const bool fresh = !keep || c < step || scale_word(group, w.scale_type) != scale_word(before, w.scale_type);
+  const uint scale = fresh ? load_scale_word(scales + row * w.scale_row_bytes, group, w.scale_type) : held.hi.x;
+  const uint bias = fresh ? load_scale_word(biases + row * w.scale_row_bytes, group, w.scale_type) : held.hi.y;
   return uint2(scale, bias);
 }
 
