@@ -76,6 +76,7 @@ class GpuBackend::Call {
   }
   void run() {
     d_.overlap = !be_.prompt_;
+    d_.direct = be_.prompt_;
     if (d_.grid[0] && d_.grid[1] && d_.grid[2]) be_.submit(d_);
   }
 

@@ -69,7 +69,9 @@ void GpuBackend::flush() {
 }
 
 // A prompt chunk's kernels launch one after another: overlapping each launch with the previous kernel
-// (Dispatch::overlap) measured 27 % slower at 512 tokens on the H200 (docs/metal.md, "CUDA launches").
+// (Dispatch::overlap) measured 27 % slower at 512 tokens on the H200 (docs/metal.md, "CUDA launches"),
+// and they launch directly rather than through a graph (Dispatch::direct), whose per-call node updates
+// cost the host 2.2 ms before a 512-token chunk started (reports/2026-12-02-h200-l1-traffic.md).
 void GpuBackend::begin_chunk(int n) {
   auto lock = enter();
   prompt_ = n >= prefill_min_tokens_;

@@ -33,6 +33,10 @@ struct Dispatch {
   // May be launched while the previous kernel still runs, its threads waiting at entry until that one has
   // finished (CUDA: programmatic dependent launch); runtimes without such launches ignore it.
   bool overlap = true;
+  // Launched as it comes instead of recorded into a graph with the step's other dispatches (CUDA): for
+  // kernels long enough that the next launch is made while they run (a prompt chunk's), a graph only
+  // adds the host's update of its nodes before the GPU starts. Runtimes without graphs ignore it.
+  bool direct = false;
 };
 
 // The host's side of recording and submitting work, counted like Runtime::stats(): what a report per

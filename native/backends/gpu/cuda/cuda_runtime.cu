@@ -9,6 +9,9 @@
 // updated in place, and the graph is launched as one unit, without waiting, so that the host records
 // step n+1 while the GPU runs step n. Updates never affect a launch in flight.
 //
+// Dispatches marked `direct` (a prompt chunk's) are launched as they come, after the graph of whatever
+// was recorded before them: their kernels are long enough to hide the next launch.
+//
 // Programmatic dependent launch (compute capability 9.0 and later): each kernel of a decode step may be
 // launched while the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel)
 // until that kernel has finished, so the launch latency between two kernels is hidden. Prompt chunks
@@ -137,10 +140,11 @@ class CudaRuntime final : public Runtime {
     CudaKernelCall call;
     describe(d, launch, call);  // checks the bindings against the kernel now, in every mode
     ++launched_;
-    if (use_graph_) {
+    if (use_graph_ && !d.direct) {
       recorded_.push_back(d);
       return;
     }
+    submit();  // what is recorded before this dispatch runs before it (a no-op without graphs)
     cudaEvent_t start = nullptr, end = nullptr;
     if (profile_) {
       start = event(2 * timed_.size()), end = event(2 * timed_.size() + 1);
