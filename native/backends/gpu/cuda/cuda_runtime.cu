@@ -4,7 +4,7 @@
 // Graphs (the default): the dispatches recorded between two submissions (a session's forward call:
 // a whole decode step) become one CUDA graph, a chain of kernel nodes built directly from the
 // records (no stream capture). A later submission with the same kernels in the same order reuses
-// that instantiated graph (a few are kept: decode steps, prefill chunks and greedy steps differ):
+// that instantiated graph (a few are kept: decode steps and greedy steps differ):
 // only the nodes whose arguments or grid changed (the attention position, the token's slot) are
 // updated in place, and the graph is launched as one unit, without waiting, so that the host records
 // step n+1 while the GPU runs step n. Updates never affect a launch in flight.
