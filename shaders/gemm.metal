@@ -111,6 +111,69 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   }
 }
 
+// gemm for launches whose jobs are all MLX 4-bit in groups of 64 with rows a multiple of 8 (chunks
+// under GEMM_WIDE_MIN_TOKENS): tiles of GEMM_TILE_TOKENS tokens x Q4_TILE_ROWS rows, each simdgroup's
+// 32 rows read straight into its fragments (simdgroup_q4_load) for all the tile's tokens, instead of
+// converted into a threadgroup tile that two simdgroups read; the rows' scales and biases staged
+// Q4_SCALE_GROUPS groups at a time. Same bindings and results as gemm.
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void gemm_q4(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+                    device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
+                    device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
+                    device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
+                    device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
+                    device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
+                    device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
+                    device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
+                    device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                    uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  const uint t0 = GEMM_TILE_TOKENS * group.y;
+  const GemmJob job = gemm_job(p, group.x, Q4_TILE_ROWS, w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3);
+  const WeightDesc w = job.w;
+  threadgroup half* xt = (threadgroup half*)x_words;
+  if (tid < GEMM_TILE_TOKENS) row_of[tid] = min(t0 + tid, p.n - 1u);  // rows past n repeat the last
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  const uint r0 = job.row0 + 32u * sg;  // the simdgroup's rows: 4 blocks of 8
+  simdgroup_float8x8 acc[32];
+  for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const uint ld = HALF_ROW_LD(p.cols);
+  const uint runs = TILE_RUNS_PER_THREAD;
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  simdgroup_q4_block q[4];
+  for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(q[j], q4_block_rows(w, job.data, r0 + 8u * j), w.row_bytes, 0u, ushort(lane));
+  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
+    const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
+    if (slot == 0u) stage_q4_scales(w, job.scales, job.biases, job.row0, step, staged, tid, GEMM_THREADS);
+    store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The next step's reads (the last step's again after the last), in flight during the products.
+    const uint next = min(k0 + GEMM_K, p.cols - GEMM_K);
+    xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
+    simdgroup_q4_block qn[4];
+    for (uint j = 0; j < 4u; ++j)
+      simdgroup_q4_load(qn[j], q4_block_rows(w, job.data, r0 + 8u * j), w.row_bytes, next, ushort(lane));
+    q4_products(xt, q, staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), GEMM_TILE_TOKENS / 8u, ushort(lane), acc);
+    for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
+  }
+
+  threadgroup float* slab = (threadgroup float*)staged + sg * 8u * STAGING_LD;
+  const uint row = r0 + lane;
+  for (uint i = 0; i < GEMM_TILE_TOKENS / 8u; ++i) {
+    stage_slab(acc, i, slab);
+    for (uint r = 0; r < 8u; ++r) {
+      const uint t = t0 + 8u * i + r;
+      const float v = slab[r * STAGING_LD + lane];
+      if (t < p.n && row < w.rows) job.out[ulong(t) * w.rows + row] = v;
+    }
+    slab_done();
+  }
+}
+
 // gemm for long chunks (n >= GEMM_WIDE_MIN_TOKENS): tiles of GEMM_WIDE_TILE tokens x GEMM_WIDE_TILE
 // rows, 8 simdgroups of 64 tokens x 32 rows each (2x4), so that each weight tile is converted once for
 // twice the tokens and each loaded fragment feeds twice the products. The epilogue stages through the

@@ -294,6 +294,116 @@ inline void moe_gate_up_tile(
                    tiles, tile_words, row_of, MOE_SHORT_TILE_TOKENS, false);
 }
 
+// The `_q4_short` build of moe_gate_up_tiled for MLX 4-bit weights in groups of 64 (params.h,
+// Q4_TILE_ROWS): tiles of MOE_SHORT_TILE_TOKENS bucket rows by Q4_TILE_ROWS gate and up rows, each
+// simdgroup's 32 gate and 32 up rows read straight into its fragments (simdgroup_q4_load) instead of
+// through threadgroup tiles, which every simdgroup of the 2x2 builds read twice. Same bindings and
+// results as the other builds.
+inline void moe_gate_up_q4_tile(
+    device const uchar* gw, device const uchar* gs, device const uchar* gb, device const uchar* uw,
+    device const uchar* us, device const uchar* ub, device const uchar* sgw, device const uchar* sgs,
+    device const uchar* sgb, device const uchar* suw, device const uchar* sus, device const uchar* sub,
+    device const uint4* x, device const uint* offsets, device const uint* entries, device ushort* h,
+    device ushort* sh, constant MoeTiledParams& p, uint3 group, uint tid, uint sg, ushort lane,
+    device const uint* tiles, threadgroup uint4* x_words, threadgroup uint* staged, threadgroup uint* row_of) {
+  if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
+  const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
+  const Bucket b = bucket_of(offsets, e, p.experts, p.n);
+  const uint tokens = MOE_SHORT_TILE_TOKENS, t0 = tokens * (tile & 0xffffu), i0 = Q4_TILE_ROWS * group.x;
+  const WeightDesc gd = pick_expert_weight(p.gate, p.sgate, b.shared);
+  const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
+  if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
+
+  threadgroup half* xt = (threadgroup half*)x_words;
+  threadgroup uint* gstaged = staged;
+  threadgroup uint* ustaged = staged + 2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS;
+  device const uchar* gdata = b.shared ? sgw : gw + expert_bytes(p.gate, ec);
+  device const uchar* gscales = b.shared ? sgs : gs + expert_scale_bytes(p.gate, ec);
+  device const uchar* gbiases = b.shared ? sgb : gb + expert_scale_bytes(p.gate, ec);
+  device const uchar* udata = b.shared ? suw : uw + expert_bytes(p.up, ec);
+  device const uchar* uscales = b.shared ? sus : us + expert_scale_bytes(p.up, ec);
+  device const uchar* ubiases = b.shared ? sub : ub + expert_scale_bytes(p.up, ec);
+  if (tid < tokens) {
+    const uint r = min(t0 + tid, b.count - 1u);
+    row_of[tid] = b.shared ? r : entries[b.begin + r] / p.k;  // the entry's token
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  const uint r0 = i0 + 32u * sg;  // the simdgroup's rows: 4 blocks of 8
+  simdgroup_float8x8 acc_g[16], acc_u[16];
+  for (uint i = 0; i < 16u; ++i) {
+    acc_g[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  }
+  const uint ld = HALF_ROW_LD(p.hidden);
+  const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  simdgroup_q4_block gq[4], uq[4];
+  for (uint j = 0; j < 4u; ++j) {
+    simdgroup_q4_load(gq[j], q4_block_rows(gd, gdata, r0 + 8u * j), gd.row_bytes, 0u, lane);
+    simdgroup_q4_load(uq[j], q4_block_rows(ud, udata, r0 + 8u * j), ud.row_bytes, 0u, lane);
+  }
+  for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
+    const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
+    if (slot == 0u) {
+      stage_q4_scales(gd, gscales, gbiases, i0, step, gstaged, tid, GEMM_THREADS);
+      stage_q4_scales(ud, uscales, ubiases, i0, step, ustaged, tid, GEMM_THREADS);
+    }
+    store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The next step's reads (the last step's again after the last), in flight during the products.
+    const uint next = min(k0 + GEMM_K, p.hidden - GEMM_K);
+    xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
+    simdgroup_q4_block gn[4], un[4];
+    for (uint j = 0; j < 4u; ++j) {
+      simdgroup_q4_load(gn[j], q4_block_rows(gd, gdata, r0 + 8u * j), gd.row_bytes, next, lane);
+      simdgroup_q4_load(un[j], q4_block_rows(ud, udata, r0 + 8u * j), ud.row_bytes, next, lane);
+    }
+    q4_products(xt, gq, gstaged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc_g);
+    q4_products(xt, uq, ustaged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc_u);
+    for (uint j = 0; j < 4u; ++j) {
+      gq[j] = gn[j];
+      uq[j] = un[j];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+
+  // The epilogue's slabs in the staged scales' memory (no longer read).
+  threadgroup float* gslab = (threadgroup float*)staged + sg * 2u * 8u * STAGING_LD;
+  threadgroup float* uslab = gslab + 8u * STAGING_LD;
+  const uint i = r0 + lane, h_ld = HALF_ROW_LD(gd.rows);
+  device ushort* dst = b.shared ? sh : h + ulong(b.begin) * h_ld;
+  for (uint s = 0; s < tokens / 8u; ++s) {
+    stage_slab(acc_g, s, gslab);
+    stage_slab(acc_u, s, uslab);
+    for (uint r = 0; r < 8u; ++r) {
+      const uint t = t0 + 8u * s + r;
+      const float v = silu(gslab[r * STAGING_LD + lane]) * uslab[r * STAGING_LD + lane];
+      if (t < b.count && i < h_ld) dst[ulong(t) * h_ld + i] = as_type<ushort>(half(i < gd.rows ? v : 0.0f));
+    }
+    slab_done();
+  }
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_q4_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                              device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                              device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                              device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
+                              device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
+                              device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
+                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
+                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
+                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
+                              device const uint* tiles [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(MOE_SHORT_TILE_TOKENS, GEMM_K)];
+  // The gate's and the up's staged scales, then the epilogue's slabs.
+  threadgroup uint staged[2u * 2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];
+  threadgroup uint row_of[MOE_SHORT_TILE_TOKENS];
+  moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg,
+                      ushort(lane), tiles, x_words, staged, row_of);
+}
+
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
 // shared expert: ys[t, c] = shared_scale · sigmoid(gate_logit[t]) · sdown[c] · sh[t]), h and sh the
 // half rows of moe_gate_up_tiled. Threadgroup (row tile of c, tile s of moe_tile_list's). Two builds, as
@@ -421,6 +531,93 @@ inline void moe_down_tile(
                 x_words, w_words, staging, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS, false);
 }
 
+
+// The `_q4_short` build of moe_down_tiled (as moe_gate_up_tiled_q4_short: Q4_TILE_ROWS output columns
+// of the down projection, 32 per simdgroup read straight into its fragments).
+inline void moe_down_q4_tile(
+    device const uchar* dw, device const uchar* ds, device const uchar* db, device const uchar* sdw,
+    device const uchar* sds, device const uchar* sdb, device const uint4* h, device const uint4* sh,
+    device const uint* offsets, device const uint* entries, device const float* weights,
+    device const float* gate_logit, device float* y, device float* ys, constant MoeTiledParams& p, uint3 group,
+    uint tid, uint sg, ushort lane, threadgroup uint4* x_words, threadgroup uint* staged, device const uint* tiles,
+    threadgroup uint* row_of, threadgroup float* factor) {
+  if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
+  const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
+  const Bucket b = bucket_of(offsets, e, p.experts, p.n);
+  const uint tokens = MOE_SHORT_TILE_TOKENS, t0 = tokens * (tile & 0xffffu), c0 = Q4_TILE_ROWS * group.x;
+  if (t0 >= b.count || c0 >= p.hidden) return;  // the whole threadgroup: past the bucket or the rows
+
+  const WeightDesc dd = pick_expert_weight(p.down, p.sdown, b.shared);
+  device const uchar* data = b.shared ? sdw : dw + expert_bytes(p.down, ec);
+  device const uchar* scales = b.shared ? sds : ds + expert_scale_bytes(p.down, ec);
+  device const uchar* biases = b.shared ? sdb : db + expert_scale_bytes(p.down, ec);
+  device const uint4* src = b.shared ? sh : h;
+  threadgroup half* xt = (threadgroup half*)x_words;
+  if (tid < tokens) {
+    const uint r = min(t0 + tid, b.count - 1u);
+    const uint entry = entries[min(b.begin + r, p.n * p.k - 1u)];
+    const float logit = gate_logit[b.shared ? r : 0u];
+    row_of[tid] = b.begin + r;  // h rows are in bucket order; sh rows are tokens
+    factor[tid] = b.shared ? p.shared_scale * sigmoid(logit) : weights[entry];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+
+  const uint r0 = c0 + 32u * sg;  // the simdgroup's output columns: 4 blocks of 8 rows of down
+  simdgroup_float8x8 acc[16];
+  for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  const uint ld = HALF_ROW_LD(dd.cols);
+  const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  simdgroup_q4_block q[4];
+  for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(q[j], q4_block_rows(dd, data, r0 + 8u * j), dd.row_bytes, 0u, lane);
+  for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
+    const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
+    if (slot == 0u) stage_q4_scales(dd, scales, biases, c0, step, staged, tid, GEMM_THREADS);
+    store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The next step's reads (the last step's again after the last), in flight during the products.
+    const uint next = min(k0 + GEMM_K, dd.cols - GEMM_K);
+    xr = fetch_activations(src, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
+    simdgroup_q4_block qn[4];
+    for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(qn[j], q4_block_rows(dd, data, r0 + 8u * j), dd.row_bytes, next, lane);
+    q4_products(xt, q, staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc);
+    for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+
+  // The epilogue's slabs in the staged scales' memory (no longer read).
+  threadgroup float* slab = (threadgroup float*)staged + sg * 8u * STAGING_LD;
+  const uint col = r0 + lane;
+  device float* dst = b.shared ? ys : y + ulong(b.begin) * p.hidden;
+  for (uint s = 0; s < tokens / 8u; ++s) {
+    stage_slab(acc, s, slab);
+    for (uint r = 0; r < 8u; ++r) {
+      const uint t = t0 + 8u * s + r;
+      const float v = slab[r * STAGING_LD + lane] * factor[8u * s + r];
+      if (t < b.count && col < p.hidden) dst[ulong(t) * p.hidden + col] = v;
+    }
+    slab_done();
+  }
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_q4_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
+                           device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
+                           device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
+                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
+                           device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
+                           device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
+                           device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
+                           constant MoeTiledParams& p [[buffer(14)]], device const uint* tiles [[buffer(15)]],
+                           uint3 group [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(MOE_SHORT_TILE_TOKENS, GEMM_K)];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
+  threadgroup uint row_of[MOE_SHORT_TILE_TOKENS];
+  threadgroup float factor[MOE_SHORT_TILE_TOKENS];
+  moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
+                   ushort(lane), x_words, staged, tiles, row_of, factor);
+}
 
 // out[t, c] = Σ_s y[positions[t·k + s], c] in slot order, then + ys[t, c] with the shared expert (the
 // CPU backend's order).

@@ -67,8 +67,8 @@
 #define GEMM_PAD 8u
 #define GEMM_OUT_PAD 8u
 #define GEMM_THREADS 128
-// Chunks of at least GEMM_WIDE_MIN_TOKENS tokens run gemm_wide (on the H200 gemm is faster up to 1,024
-// tokens, gemm_wide at 4,096): tiles of GEMM_WIDE_TILE tokens x
+// Chunks of at least GEMM_WIDE_MIN_TOKENS tokens run gemm_wide unless gemm_q4 takes every job (on the
+// H200 gemm is faster up to 1,024 tokens, gemm_wide at 4,096): tiles of GEMM_WIDE_TILE tokens x
 // GEMM_WIDE_TILE rows on GEMM_WIDE_THREADS (8 simdgroups of 64x32), GEMM_WIDE_K columns per step
 // (two 128 x 72-half tiles would take 36 KiB of threadgroup memory, over Metal's 32 KiB), the
 // epilogue staged in the activation tile (8 slabs of 8 x STAGING_LD floats fit in its 128 x 40 halfs).
@@ -242,6 +242,12 @@ struct MoeParams {
 // The affine tiled MoE kernels' `_short` build: tiles of MOE_SHORT_TILE_TOKENS bucket rows, for chunks
 // of at most that many (token, slot) entries per expert on average (512 tokens x 8 / 256 experts = 16).
 #define MOE_SHORT_TILE_TOKENS 32u
+// The `_q4` builds of the short-tile MoE kernels (MLX 4-bit weights in groups of 64, rows a multiple
+// of 8): threadgroups of GEMM_THREADS take Q4_TILE_ROWS weight rows (32 per simdgroup, read straight into
+// its fragments: simdgroup_q4_load) and MOE_SHORT_TILE_TOKENS bucket rows; the rows' scales and biases
+// are staged Q4_SCALE_GROUPS groups at a time.
+#define Q4_TILE_ROWS 128u
+#define Q4_SCALE_GROUPS 8u
 // moe_tile_list: one threadgroup of MOE_TILE_LIST_THREADS, MOE_TILE_LIST_PER_THREAD buckets per thread.
 #define MOE_TILE_LIST_THREADS 512
 #define MOE_TILE_LIST_PER_THREAD 2u

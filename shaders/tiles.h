@@ -20,7 +20,17 @@
 //   emulator checks; one ldmatrix.x4 with CUDA), as its four 8x8 quadrants m0 (rows 0-7, columns 0-7),
 //   m1 (rows 8-15), m2 (columns 8-15), m3 (both); element (r, c) of the 16x16 matrix is src[(origin.y +
 //   r) * elements_per_row + origin.x + c], or with transpose src[(origin.y + c) * elements_per_row +
-//   origin.x + r], as with simdgroup_load.
+//   origin.x + r], as with simdgroup_load;
+// - simdgroup_q4_load(q, rows, row_bytes, k0, lane): 8 rows of MLX 4-bit weights (row j at rows + j ·
+//   row_bytes, device memory, 8-byte aligned), columns k0 .. k0+63 (k0 a multiple of 64), into q, a
+//   simdgroup_q4_block (what it holds differs by target); lane is the caller's thread_index_in_simdgroup;
+// - simdgroup_q4_dequantize(w0, w1, q, block, scale_bias, lane): the B operands of k block `block` (0-3)
+//   of q, dequantised: element (i, j) of w_f is v · s + b rounded to half once, for the 4-bit value v of
+//   row j in column k0 + q4_fragment_column(16 block + 8f + i), s and b halfs, the low halves of the
+//   words scale_bias[2j] and scale_bias[2j + 1] (threadgroup memory, 8-byte aligned; both halves of a
+//   word hold the value). Multiplied with activations stored in q4_fragment_column order, the products
+//   are those of the weights in stored order. With CUDA the weights reach the tensor cores without a
+//   round trip through threadgroup memory (msl.h).
 #if defined(__METAL_VERSION__)
 inline void simdgroup_multiply_accumulate_pair(thread simdgroup_float8x8& d0, thread simdgroup_float8x8& d1,
                                                simdgroup_half8x8 a0, simdgroup_half8x8 a1, simdgroup_half8x8 b,
@@ -43,6 +53,39 @@ inline void simdgroup_load4(thread simdgroup_half8x8& m0, thread simdgroup_half8
   simdgroup_load(m1, src, elements_per_row, ulong2(origin.x + right, origin.y + down), transpose);
   simdgroup_load(m2, src, elements_per_row, ulong2(origin.x + down, origin.y + right), transpose);
   simdgroup_load(m3, src, elements_per_row, ulong2(origin.x + 8u, origin.y + 8u), transpose);
+}
+inline uint q4_fragment_column(uint j) { return 16u * (j % 8u / 2u) + j / 8u % 4u + 8u * (j / 32u) + 4u * (j % 2u); }
+// Metal keeps where the rows are; each lane reads its two elements per fragment (thread_elements():
+// row (q & 4) + (lane / 2) % 4 and columns (q & 2) · 2 + (lane % 2) · 2 and the next, q = lane / 4, the
+// layout MLX's kernels use).
+struct simdgroup_q4_block {
+  device const uchar* rows;
+  ulong row_bytes;
+  uint k0;
+};
+inline void simdgroup_q4_load(thread simdgroup_q4_block& q, device const uchar* rows, ulong row_bytes, uint k0, ushort lane) {
+  q.rows = rows;
+  q.row_bytes = row_bytes;
+  q.k0 = k0;
+}
+inline void simdgroup_q4_dequantize(thread simdgroup_half8x8& w0, thread simdgroup_half8x8& w1,
+                                    thread const simdgroup_q4_block& q, uint block, threadgroup const uint* scale_bias,
+                                    ushort lane) {
+  const uint quad = lane / 4u, i = (quad & 4u) + (lane / 2u) % 4u, j = (quad & 2u) * 2u + (lane % 2u) * 2u;
+  for (uint f = 0; f < 2u; ++f) {
+    const uint c = q.k0 + q4_fragment_column(16u * block + 8u * f + i);
+    half2 v;
+    for (uint e = 0; e < 2u; ++e) {
+      const uint nibble = (uint(q.rows[ulong(j + e) * q.row_bytes + c / 2u]) >> (4u * (c % 2u))) & 15u;
+      const float scale = float(as_type<half>(ushort(scale_bias[2u * (j + e)] & 0xffffu)));
+      const float bias = float(as_type<half>(ushort(scale_bias[2u * (j + e) + 1u] & 0xffffu)));
+      v[e] = half(fma(float(nibble), scale, bias));
+    }
+    if (f == 0u)
+      reinterpret_cast<thread half2&>(w0.thread_elements()) = v;
+    else
+      reinterpret_cast<thread half2&>(w1.thread_elements()) = v;
+  }
 }
 #endif
 
@@ -337,4 +380,71 @@ inline void stage_slab(thread const simdgroup_float8x8* acc, uint i, threadgroup
 }
 inline void slab_done() { simdgroup_barrier(mem_flags::mem_threadgroup); }
 
+
+// ---- 4-bit weights straight into fragments (simdgroup_q4_load, simdgroup_q4_dequantize) ----
+// A simdgroup multiplies its own 8-row blocks of weights, read from device memory by
+// simdgroup_q4_load, with activation tiles stored in q4_fragment_column order; the rows' scales and
+// biases for Q4_SCALE_GROUPS groups at a time are staged as halfs in threadgroup memory. Weights in MLX
+// affine 4-bit groups of 64 columns (one group per 64-column step) whose scales and biases are all
+// exact in half (GpuBackend checks at upload).
+
+// Where column p of a 64-column step is stored (the inverse of q4_fragment_column).
+inline uint q4_fragment_position(uint p) { return 8u * (p % 4u) + 32u * (p % 16u / 8u) + 2u * (p / 16u) + p / 4u % 2u; }
+
+// The fetched activation runs stored in q4_fragment_column order: of a run's 8 columns p0 .. p0+7,
+// columns p0 + r and p0 + r + 4 (r < 4) are adjacent there, one word each.
+inline void store_activations_q4(thread const ActivationRuns& a, threadgroup half* tile, uint runs, uint tid, uint threads) {
+  for (uint i = 0; i < runs; ++i) {
+    threadgroup uint* row = (threadgroup uint*)(tile + run_row(tid, threads, i, GEMM_K) * TILE_LD(GEMM_K));
+    const uint p0 = run_column(tid, threads, i, GEMM_K);
+    const uint4 v = a.run[i];  // columns p0 + 2w and p0 + 2w + 1 in word w
+    row[q4_fragment_position(p0) / 2u] = (v.x & 0xffffu) | (v.z << 16u);
+    row[q4_fragment_position(p0 + 1u) / 2u] = (v.x >> 16u) | (v.z & 0xffff0000u);
+    row[q4_fragment_position(p0 + 2u) / 2u] = (v.y & 0xffffu) | (v.w << 16u);
+    row[q4_fragment_position(p0 + 3u) / 2u] = (v.y >> 16u) | (v.w & 0xffff0000u);
+  }
+}
+
+// The scales and biases of groups g0 .. g0+Q4_SCALE_GROUPS-1 (clamped to the row's last) of weight rows
+// row0 .. row0+Q4_TILE_ROWS-1 (clamped to rows-1) into the words staged[2 (slot · Q4_TILE_ROWS + r)]
+// (the scale) and the one after it (the bias), slot = g - g0, each as a half in both halves of its
+// word. Consecutive threads take one row's consecutive groups (a few cache lines per warp).
+inline void stage_q4_scales(thread const WeightDesc& w, device const uchar* scales, device const uchar* biases, uint row0,
+                            uint g0, threadgroup uint* staged, uint tid, uint threads) {
+  const uint groups = w.cols / 64u;
+  for (uint f = tid; f < Q4_TILE_ROWS * Q4_SCALE_GROUPS; f += threads) {
+    const uint r = f / Q4_SCALE_GROUPS, slot = f % Q4_SCALE_GROUPS;
+    const ulong row = ulong(min(row0 + r, w.rows - 1u));
+    const uint g = min(g0 + slot, groups - 1u);
+    staged[2u * (slot * Q4_TILE_ROWS + r)] = 0x10001u * uint(as_type<ushort>(half(load_scale(scales + row * w.scale_row_bytes, g, w.scale_type))));
+    staged[2u * (slot * Q4_TILE_ROWS + r) + 1u] = 0x10001u * uint(as_type<ushort>(half(load_scale(biases + row * w.scale_row_bytes, g, w.scale_type))));
+  }
+}
+
+// Where a simdgroup's row block starts: rows past the matrix read its last 8 rows instead (rows are a
+// multiple of 8 on this path; what those blocks produce is never stored).
+inline device const uchar* q4_block_rows(thread const WeightDesc& w, device const uchar* data, uint row) {
+  return data + ulong(min(row, w.rows - 8u)) * w.row_bytes;
+}
+
+// acc[4i + j] += A_i · B_j over one 64-column step, for the token blocks i < token_blocks (even) of
+// `xt` (stored in q4_fragment_column order) and the simdgroup's 4 row blocks j of q (scale_bias: their
+// 32 rows' staged pairs); per 16 columns, the 4 row blocks' fragments, then per pair of token blocks
+// their A fragments in one load and 4 products of 16x16 by 16x8, the order over k as tile_products'.
+inline void q4_products(threadgroup const half* xt, thread const simdgroup_q4_block* q, threadgroup const uint* scale_bias,
+                        uint token_blocks, ushort lane, thread simdgroup_float8x8* acc) {
+  // Not unrolled: unrolled, CUDA's gate/up build held 225 registers instead of 155.
+#pragma unroll 1
+  for (uint block = 0; block < 4u; ++block) {
+    simdgroup_half8x8 w[8];  // w[2j], w[2j + 1]: row block j, k halves 0 and 1
+    for (uint j = 0; j < 4u; ++j) simdgroup_q4_dequantize(w[2u * j], w[2u * j + 1u], q[j], block, scale_bias + 16u * j, lane);
+    for (uint i = 0; i < token_blocks; i += 2u) {
+      simdgroup_half8x8 a00, a10, a01, a11;  // token block i + r, k half k
+      simdgroup_load4(a00, a10, a01, a11, xt, TILE_LD(GEMM_K), ulong2(16u * block, 8u * i));
+      for (uint j = 0; j < 4u; ++j)
+        simdgroup_multiply_accumulate_16x16(acc[4u * i + j], acc[4u * i + 4u + j], a00, a10, a01, a11, w[2u * j],
+                                            w[2u * j + 1u], acc[4u * i + j], acc[4u * i + 4u + j]);
+    }
+  }
+}
 #endif

@@ -1,5 +1,7 @@
 #include "gpu_backend.h"
 
+#include <cmath>
+
 #include "call.h"
 
 namespace moelens::gpu {
@@ -152,8 +154,31 @@ std::unique_ptr<Weight> GpuBackend::upload(const LinearWeight& w) {
       put(*g->scales, size_t(e) * scale_bytes, w.scales[size_t(e)]);
       put(*g->biases, size_t(e) * scale_bytes, w.biases[size_t(e)]);
     }
+    g->scales_exact_in_half = scales_exact_in_half(w);
   }
   return g;
+}
+
+// Whether every scale and bias of a quantized matrix is zero or a normal half exactly (bf16 within
+// half's exponents, f16 normal, f32 with half's precision): stops at the first that is not.
+bool GpuBackend::scales_exact_in_half(const LinearWeight& w) {
+  auto exact = [](float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    const float a = std::fabs(f);
+    return f == 0.0f || (a >= 0x1p-14f && a <= 65504.0f && (bits & 0x1fffu) == 0);
+  };
+  const size_t count = size_t(w.rows) * size_t(w.scale_row_bytes()) / dtype_size(w.scale_dtype);
+  for (int64_t e = 0; e < std::max<int64_t>(1, w.experts); ++e)
+    for (const void* values : {w.scales[size_t(e)], w.biases[size_t(e)]})
+      for (size_t i = 0; i < count; ++i) {
+        float f;
+        if (w.scale_dtype == DType::BF16) f = bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
+        else if (w.scale_dtype == DType::F16) f = f16_to_f32(static_cast<const uint16_t*>(values)[i]);
+        else std::memcpy(&f, static_cast<const unsigned char*>(values) + 4 * i, 4);
+        if (!exact(f)) return false;
+      }
+  return true;
 }
 
 void GpuBackend::write(View dst, const void* src, size_t count) {

@@ -37,7 +37,18 @@ class GpuWeight final : public Weight {
   shader::WeightDesc desc{};
   int64_t experts = 0;
   std::unique_ptr<GpuBuffer> data, scales, biases;  // scales/biases only when quantized
+  // Every scale and bias is exact as a half (zero or normal): the 4-bit tiles that dequantise with half
+  // arithmetic (the `_q4` kernels) may take the matrix.
+  bool scales_exact_in_half = false;
 };
+
+// Whether the `_q4` tiled kernels (4-bit weights read straight into the matrix units' fragments and
+// dequantised in half arithmetic: shaders/tiles.h) take a matrix: MLX 4-bit in groups of 64 (a group
+// per K-step), whole 8-row blocks, every scale and bias exact in half.
+inline bool q4_tiles_take(const GpuWeight& w) {
+  const shader::WeightDesc& d = w.desc;
+  return d.format == WEIGHT_Q4 && d.group_size == 64 && d.rows % 8 == 0 && d.cols % GEMM_K == 0 && w.scales_exact_in_half;
+}
 
 // How prefill chunks multiply: F32 (what load() gives by default) runs every call on the exact fp32
 // kernels that decode uses; F16 (reduced precision; the constructor's default, which the kernel tests
@@ -106,6 +117,7 @@ class GpuBackend final : public Backend {
   const std::vector<uint64_t>& dispatches_by_kernel() const { return by_kernel_; }
 
  private:
+  static bool scales_exact_in_half(const LinearWeight& w);
   friend class GpuBuffer;
   class Call;
   // Locks the backend and dispatches a deferred add (every call but add() and rms_norm() starts here).

@@ -78,7 +78,12 @@ void add_matmul_cases(Cases& all) {
                        TiledShape{"f32", 0, DType::BF16, 33, 37, 100}, TiledShape{"q4", 32, DType::BF16, 200, 70, 96},
                        TiledShape{"q8", 64, DType::F16, wide + 76, 24, 64}, TiledShape{"q4", 64, DType::BF16, 200, 33, 64, 1},
                        TiledShape{"q4", 32, DType::BF16, wide + 88, 150, 96, 1}, TiledShape{"bf16", 0, DType::BF16, wide + 8, 37, 72},
-                       TiledShape{"q4", 32, DType::BF16, 600, 150, 96, 1}})
+                       TiledShape{"q4", 32, DType::BF16, 600, 150, 96, 1},
+                       // 4-bit in groups of 64, rows a multiple of 8: gemm_q4 (a ragged second row tile of
+                       // 128, 9 groups: two rounds of staged scales; one 8-row block), gemm for f32 scales
+                       // that half cannot hold, and gemm_q4 for a chunk that would otherwise take gemm_wide.
+                       TiledShape{"q4", 64, DType::BF16, 65, 136, 576, 1}, TiledShape{"q4", 64, DType::F16, 16, 8, 64},
+                       TiledShape{"q4", 64, DType::F32, 200, 40, 128}, TiledShape{"q4", 64, DType::BF16, wide + 40, 24, 64}})
     add("matmul tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.x_offset ? " unaligned" : ""),
         [m, tiled_tol](Ctx& c) {
@@ -86,14 +91,18 @@ void add_matmul_cases(Cases& all) {
           HostWeight h(c.rng, m.fmt, m.rows, m.cols, 0, m.group ? m.group : 64, m.scale);
           WeightPair w = upload(c, h);
           Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * m.cols)), out = c.zeros(size_t(m.n) * m.rows);
-          // Chunks of GEMM_WIDE_MIN_TOKENS and more on the larger tiles.
-          const auto kernel = m.n >= int(GEMM_WIDE_MIN_TOKENS) ? gpu::kernels::gemm_wide::id : gpu::kernels::gemm::id;
+          // 4-bit rows in groups of 64 on gemm_q4 when their scales and biases are exact in half (the f32
+          // ones drawn here never are: that case checks the fallback); otherwise chunks of
+          // GEMM_WIDE_MIN_TOKENS and more on the larger tiles.
+          const bool q4 = m.fmt == "q4" && m.group == 64 && m.rows % 8 == 0 && m.cols % 64 == 0 && m.scale != DType::F32;
+          const bool wide = !q4 && m.n >= int(GEMM_WIDE_MIN_TOKENS);
+          const auto kernel = wide ? gpu::kernels::gemm_wide::id : q4 ? gpu::kernels::gemm_q4::id : gpu::kernels::gemm::id;
           const uint64_t before = c.launches(kernel), rounded_before = c.launches(gpu::kernels::half_rows::id);
           c.cpu.matmul(*w.cpu, View(x.cpu.get(), m.x_offset), m.n, View(out.cpu.get()));
           c.gpu.matmul(*w.gpu, View(x.gpu.get(), m.x_offset), m.n, View(out.gpu.get()));
           if (c.launches(kernel) != before + 1 || c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
             throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run half_rows then " +
-                          (m.n >= int(GEMM_WIDE_MIN_TOKENS) ? "gemm_wide" : "gemm"));
+                          (wide ? "gemm_wide" : q4 ? "gemm_q4" : "gemm"));
           c.expect_close("matmul tiled", out, size_t(m.n) * m.rows, tiled_tol);
         });
 
@@ -104,10 +113,11 @@ void add_matmul_cases(Cases& all) {
       HostWeight h(c.rng, "q4", 24, 64);
       WeightPair w = upload(c, h);
       Pair x = c.floats(c.rng.normals(size_t(n) * 64)), out = c.zeros(size_t(n) * 24);
-      const uint64_t before = c.launches(gpu::kernels::gemm::id);
+      auto tiled_launches = [&c] { return c.launches(gpu::kernels::gemm::id) + c.launches(gpu::kernels::gemm_q4::id); };
+      const uint64_t before = tiled_launches();
       c.cpu.matmul(*w.cpu, View(x.cpu.get()), n, View(out.cpu.get()));
       c.gpu.matmul(*w.gpu, View(x.gpu.get()), n, View(out.gpu.get()));
-      const bool tiled = c.launches(gpu::kernels::gemm::id) > before;
+      const bool tiled = tiled_launches() > before;
       if (tiled != (n >= CHECK_TILED_FROM))
         throw Failure(std::to_string(n) + " tokens ran the " + (tiled ? "tiled" : "GEMV") + " kernel");
       c.expect_close("matmul", out, size_t(n) * 24, tiled ? tiled_tol : 2e-5f);

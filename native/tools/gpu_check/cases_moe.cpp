@@ -148,13 +148,18 @@ void add_moe_cases(Cases& all) {
     std::string routing;
     int hidden = 64, inter = 64, shared_inter = 32;  // shared_inter not a multiple of GEMM_K: rows of sh zero-padded
     int experts = 6;  // 300: moe_tile_list's scan across several simdgroups
+    int small_group = 32;  // the down projection's and the shared expert's groups (at most `group`)
   };
   for (TiledMoe m : {TiledMoe{"q4", 64, DType::BF16, 65, true, "mixed"}, TiledMoe{"q8", 32, DType::F32, 20, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 70, true, "route"}, TiledMoe{"f16", 0, DType::F16, 17, false, "mixed"},
                      TiledMoe{"f32", 0, DType::BF16, 16, false, "route"}, TiledMoe{"q4", 32, DType::BF16, 200, true, "route"},
                      TiledMoe{"bf16", 0, DType::BF16, 33, true, "mixed", 72, 40, 24},
                      TiledMoe{"q8", 16, DType::F16, 40, true, "route", 80, 48, 16},
-                     TiledMoe{"q4", 64, DType::BF16, 200, true, "mixed", 64, 64, 32, 300}})
+                     TiledMoe{"q4", 64, DType::BF16, 200, true, "mixed", 64, 64, 32, 300},
+                     // Groups of 64 throughout: the _q4_short builds (ragged row tiles of 128; a hidden
+                     // size of 9 groups, two rounds of staged scales).
+                     TiledMoe{"q4", 64, DType::BF16, 40, true, "route", 576, 64, 64, 6, 64},
+                     TiledMoe{"q4", 64, DType::F16, 65, false, "mixed", 128, 192, 32, 6, 64}})
     add("moe_experts tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.shared ? " + shared" : "") + " " + m.routing + (m.hidden != 64 ? " " + std::to_string(m.hidden) + "x" + std::to_string(m.inter) : "") +
             (m.experts != 6 ? " " + std::to_string(m.experts) + " experts" : ""),
@@ -165,7 +170,7 @@ void add_moe_cases(Cases& all) {
                     (m.routing == "route" ? ", one expert with every token, one with none" : ", one expert with none");
           const int group = m.group ? m.group : 64;
           HostWeight g(c.rng, m.fmt, I, H, E, group, m.scale), u(c.rng, m.fmt, I, H, E, group, m.scale);
-          const int small_group = std::min(group, 32);
+          const int small_group = std::min(group, m.small_group);
           HostWeight d(c.rng, m.fmt, H, I, E, small_group, m.scale);
           HostWeight sg(c.rng, m.fmt, SI, H, 0, small_group, m.scale), su(c.rng, m.fmt, SI, H, 0, small_group, m.scale);
           HostWeight sd(c.rng, m.fmt, H, SI, 0, small_group, m.scale);
@@ -198,9 +203,13 @@ void add_moe_cases(Cases& all) {
             shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
           }
           // The affine build for MLX 4- and 8-bit weights (its short-tile build when the buckets average at
-          // most MOE_SHORT_TILE_TOKENS rows), the build for every format otherwise.
+          // most MOE_SHORT_TILE_TOKENS rows; `_q4_short` for 4-bit groups of 64 throughout, rows a multiple
+          // of 8), the build for every format otherwise.
           const bool affine = m.fmt == "q4" || m.fmt == "q8", short_tiles = affine && m.n * K <= int(MOE_SHORT_TILE_TOKENS) * E;
-          const auto build = short_tiles ? gpu::kernels::moe_down_tiled_affine_short::id
+          const bool q4_tiles = short_tiles && m.fmt == "q4" && group == 64 && small_group == 64 && I % 8 == 0 &&
+                                H % 8 == 0 && (!m.shared || SI % 8 == 0) && m.scale != DType::F32;
+          const auto build = q4_tiles      ? gpu::kernels::moe_down_tiled_q4_short::id
+                             : short_tiles ? gpu::kernels::moe_down_tiled_affine_short::id
                              : affine    ? gpu::kernels::moe_down_tiled_affine::id
                                          : gpu::kernels::moe_down_tiled::id;
           const uint64_t before = c.launches(build);
@@ -211,7 +220,7 @@ void add_moe_cases(Cases& all) {
                             View(out.gpu.get()), shg);
           if (c.launches(build) != before + 1)
             throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels (" +
-                          (short_tiles ? "affine short-tile" : affine ? "affine" : "every-format") + " build)");
+                          (q4_tiles ? "4-bit short-tile" : short_tiles ? "affine short-tile" : affine ? "affine" : "every-format") + " build)");
           if (c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
             throw Failure("the tiled expert kernels did not read x rounded to half once");
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
@@ -229,7 +238,7 @@ void add_moe_cases(Cases& all) {
     Pair out = c.zeros(size_t(n) * H);
     auto tiled = [&c] {
       return c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id) +
-             c.launches(gpu::kernels::moe_down_tiled_affine_short::id);
+             c.launches(gpu::kernels::moe_down_tiled_affine_short::id) + c.launches(gpu::kernels::moe_down_tiled_q4_short::id);
     };
     const uint64_t before = tiled();
     c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,

@@ -364,6 +364,10 @@ void misaligned_vector(uintptr_t address, size_t alignment) {
               std::to_string(alignment) + " bytes");
 }
 
+void wrong_lane(uint32_t passed, uint32_t lane) {
+  throw Error("simdgroup call given lane " + std::to_string(passed) + " by the thread in lane " + std::to_string(lane));
+}
+
 const char* order_name(Order o) { return o == Order::Forward ? "forward" : o == Order::Reverse ? "reverse" : "random"; }
 
 bool parse_order(const std::string& name, Order* out) {

@@ -108,6 +108,8 @@ struct half {
 namespace msl_emu {
 // A vector read from or written through a misaligned address (fine on x86, a fault or garbage on a GPU).
 [[noreturn]] void misaligned_vector(uintptr_t address, size_t alignment);
+// A simdgroup call given a lane index that is not the caller's.
+[[noreturn]] void wrong_lane(uint32_t passed, uint32_t lane);
 }  // namespace msl_emu
 
 // MSL vectors: 2 components aligned to 2 elements, 3 and 4 components to 4 (float3 is 16 bytes).
@@ -272,6 +274,13 @@ namespace metal {
 
 enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
 MSL_HOST_FN mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
+
+// The column of a 64-column step of 4-bit weights that position j (0-63) of simdgroup_q4_dequantize's
+// fragments holds (not Metal's; shaders/tiles.h): position 8m + i of fragment m is column 16 (i / 2) +
+// m % 4 + 8 (m / 4) + 4 (i % 2), so that with CUDA each lane's weights of a step are 8 consecutive
+// bytes of its row and each pair of a fragment's elements is one masked word of them. Activations
+// multiplied with them are stored in the same order.
+MSL_FN uint q4_fragment_column(uint j) { return 16u * (j % 8u / 2u) + j / 8u % 4u + 8u * (j / 32u) + 4u * (j % 2u); }
 
 #if defined(MSL_TARGET_CUDA)
 MSL_FN void threadgroup_barrier(mem_flags) { __syncthreads(); }
@@ -501,6 +510,30 @@ MSL_FN void simdgroup_multiply_accumulate_16x16(simdgroup_float8x8& d0, simdgrou
         "f"(c1.c1));
 }
 
+// simdgroup_q4_load / simdgroup_q4_dequantize (shaders/tiles.h states them): lane l holds row l / 4's
+// bytes 8 (l % 4) .. +7 of the step, its columns 16 (l % 4) .. +15, which are the B-operand elements
+// of every fragment of that row (q4_fragment_column): a pair of them is one masked word under the
+// exponent of half's 1024 (1024 + v exactly), so a fragment costs a shift, a mask, a subtraction and a
+// fused multiply-add per two weights, and neither shuffles nor threadgroup memory.
+struct simdgroup_q4_block {
+  uint2 v;
+};
+MSL_FN void simdgroup_q4_load(simdgroup_q4_block& q, const uchar* rows, ulong row_bytes, uint k0, ushort lane) {
+  q.v = *reinterpret_cast<const uint2*>(rows + (lane >> 2) * row_bytes + k0 / 2u + 8u * (lane & 3u));
+}
+MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1, const simdgroup_q4_block& q, uint block,
+                                    const uint* scale_bias, ushort lane) {
+  const uint2 sb = reinterpret_cast<const uint2*>(scale_bias)[lane >> 2];
+  const uint word = block < 2u ? q.v.x : q.v.y, shift = 8u * (block & 1u);  // fragments 2 block, 2 block + 1
+  const uint pair0 = ((word >> shift) & 0x000F000Fu) | 0x64006400u, pair1 = ((word >> (shift + 4u)) & 0x000F000Fu) | 0x64006400u;
+  const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
+  const __half2 s = reinterpret_cast<const __half2&>(sb.x), b = reinterpret_cast<const __half2&>(sb.y);
+  const __half2 r0 = __hfma2(__hsub2(reinterpret_cast<const __half2&>(pair0), k1024), s, b);
+  const __half2 r1 = __hfma2(__hsub2(reinterpret_cast<const __half2&>(pair1), k1024), s, b);
+  w0.a = w1.a = 0u;  // the A role is never used
+  w0.b = reinterpret_cast<const uint32_t&>(r0);
+  w1.b = reinterpret_cast<const uint32_t&>(r1);
+}
 // precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
 namespace precise {
 MSL_FN float exp(float x) { return ::expf(x); }
@@ -803,6 +836,38 @@ inline void simdgroup_multiply_accumulate_16x16(simdgroup_float8x8& d0, simdgrou
                                                 const char* file = __builtin_FILE()) {
   simdgroup_multiply_accumulate_pair(d0, d1, a00, a10, b0, c0, c1, line, file);
   simdgroup_multiply_accumulate_pair(d0, d1, a01, a11, b1, d0, d1, line, file);
+}
+// simdgroup_q4_load / simdgroup_q4_dequantize (shaders/tiles.h states them): every lane holds the
+// whole 8 rows x 32 bytes; `lane` must be the caller's own (the CUDA and Metal builds place elements by it).
+struct simdgroup_q4_block {
+  uchar bytes[8][32];
+};
+inline void simdgroup_q4_load(simdgroup_q4_block& q, const MSL_AS_DEVICE uchar* rows, ulong row_bytes, uint k0, ushort lane,
+                              int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  const uint own = msl_emu::collective<uint>(msl_emu::SimdOp::Uniform,
+                                             simdgroup_detail::argument_digest((const void*)rows, row_bytes, ulong2(k0, 0), false),
+                                             0u, line, file);
+  if (uint(lane) != own) msl_emu::wrong_lane(lane, own);
+  for (int r = 0; r < 8; ++r)
+    for (int b = 0; b < 32; ++b) q.bytes[r][b] = rows[ulong(r) * row_bytes + k0 / 2u + uint(b)];
+}
+inline void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1, const simdgroup_q4_block& q, uint block,
+                                    const MSL_AS_THREADGROUP uint* scale_bias, ushort lane, int line = __builtin_LINE(),
+                                    const char* file = __builtin_FILE()) {
+  const uint own = msl_emu::collective<uint>(msl_emu::SimdOp::Uniform,
+                                             simdgroup_detail::argument_digest((const void*)scale_bias, 0, ulong2(block, 0), false),
+                                             0u, line, file);
+  if (uint(lane) != own) msl_emu::wrong_lane(lane, own);
+  simdgroup_half8x8* w[2] = {&w0, &w1};
+  for (uint f = 0; f < 2u; ++f)
+    for (uint i = 0; i < 8u; ++i)
+      for (uint j = 0; j < 8u; ++j) {
+        const uint c = q4_fragment_column(16u * block + 8u * f + i);
+        const uint nibble = (uint(q.bytes[j][c / 2u]) >> (4u * (c % 2u))) & 15u;
+        const float scale = float(as_type<half>(ushort(scale_bias[2u * j] & 0xffffu)));
+        const float bias = float(as_type<half>(ushort(scale_bias[2u * j + 1u] & 0xffffu)));
+        w[f]->e[i * 8u + j] = half(float(nibble) * scale + bias);
+      }
 }
 #endif
 
