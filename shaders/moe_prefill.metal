@@ -579,7 +579,8 @@ inline void moe_down_q4_tile(
     const uint next = min(k0 + GEMM_K, dd.cols - GEMM_K);
     xr = fetch_activations(src, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
     simdgroup_q4_block qn[4];
-    for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(qn[j], q4_block_rows(dd, data, r0 + 8u * j), dd.row_bytes, next, lane);
+    for (uint j = 0; j < 4u; ++j)
+      simdgroup_q4_load(qn[j], q4_block_rows(dd, data, r0 + 8u * j), dd.row_bytes, next, lane);
     q4_products(xt, q, staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc);
     for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -525,7 +525,8 @@ MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1
                                     const uint* scale_bias, ushort lane) {
   const uint2 sb = reinterpret_cast<const uint2*>(scale_bias)[lane >> 2];
   const uint word = block < 2u ? q.v.x : q.v.y, shift = 8u * (block & 1u);  // fragments 2 block, 2 block + 1
-  const uint pair0 = ((word >> shift) & 0x000F000Fu) | 0x64006400u, pair1 = ((word >> (shift + 4u)) & 0x000F000Fu) | 0x64006400u;
+  const uint pair0 = ((word >> shift) & 0x000F000Fu) | 0x64006400u;
+  const uint pair1 = ((word >> (shift + 4u)) & 0x000F000Fu) | 0x64006400u;
   const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
   const __half2 s = reinterpret_cast<const __half2&>(sb.x), b = reinterpret_cast<const __half2&>(sb.y);
   const __half2 r0 = __hfma2(__hsub2(reinterpret_cast<const __half2&>(pair0), k1024), s, b);
@@ -534,6 +535,7 @@ MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1
   w0.b = reinterpret_cast<const uint32_t&>(r0);
   w1.b = reinterpret_cast<const uint32_t&>(r1);
 }
+
 // precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
 namespace precise {
 MSL_FN float exp(float x) { return ::expf(x); }
@@ -848,6 +850,9 @@ inline void simdgroup_q4_load(simdgroup_q4_block& q, const MSL_AS_DEVICE uchar* 
                                              simdgroup_detail::argument_digest((const void*)rows, row_bytes, ulong2(k0, 0), false),
                                              0u, line, file);
   if (uint(lane) != own) msl_emu::wrong_lane(lane, own);
+  const uintptr_t first = (uintptr_t)(rows + k0 / 2u);  // CUDA reads 8 bytes of each row per lane
+  if (first % 8u != 0) msl_emu::misaligned_vector(first, 8);
+  if (row_bytes % 8u != 0) msl_emu::misaligned_vector(first + row_bytes, 8);
   for (int r = 0; r < 8; ++r)
     for (int b = 0; b < 32; ++b) q.bytes[r][b] = rows[ulong(r) * row_bytes + k0 / 2u + uint(b)];
 }

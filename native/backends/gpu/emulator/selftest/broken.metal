@@ -245,3 +245,10 @@ kernel void matrix_store_barrier_read(device float* out [[buffer(0)]], uint lane
   simdgroup_barrier(mem_flags::mem_threadgroup);
   out[lane] = c[63u - lane];
 }
+
+// simdgroup_q4_load given one lane index for every lane instead of each lane's own.
+kernel void q4_load_wrong_lane(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  simdgroup_q4_block q;
+  simdgroup_q4_load(q, (device const uchar*)out, 32u, 0u, ushort(0));
+  out[lane] = 0.0f;
+}

@@ -142,6 +142,8 @@ int main() {
   }
   e = launch(k::Id::matrix_load4_misaligned, 32, out, Order::Forward);
   check(contains(e, "is not aligned to 16 bytes"), "simdgroup_load4 from rows not 16-byte aligned: " + e);
+  e = launch(k::Id::q4_load_wrong_lane, 32, out, Order::Forward);
+  check(contains(e, "given lane 0 by the thread in lane 1"), "simdgroup_q4_load given another lane's index: " + e);
   e = launch(k::Id::matrix_load_divergent, 32, out, Order::Forward);
   check(contains(e, "simdgroup matrix operation"), "simdgroup_load skipped by some lanes: " + e);
   e = launch(k::Id::matrix_load_nonuniform, 32, out, Order::Forward);
