@@ -339,10 +339,8 @@ inline void moe_gate_up_q4_tile(
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
   simdgroup_q4_block gq[4], uq[4];
-  for (uint j = 0; j < 4u; ++j) {
-    simdgroup_q4_load(gq[j], q4_block_rows(gd, gdata, r0 + 8u * j), gd.row_bytes, 0u, lane);
-    simdgroup_q4_load(uq[j], q4_block_rows(ud, udata, r0 + 8u * j), ud.row_bytes, 0u, lane);
-  }
+  q4_load_blocks(gq, gd, gdata, r0, 0u, lane);
+  q4_load_blocks(uq, ud, udata, r0, 0u, lane);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
     if (slot == 0u) {
@@ -355,10 +353,8 @@ inline void moe_gate_up_q4_tile(
     const uint next = min(k0 + GEMM_K, p.hidden - GEMM_K);
     xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
     simdgroup_q4_block gn[4], un[4];
-    for (uint j = 0; j < 4u; ++j) {
-      simdgroup_q4_load(gn[j], q4_block_rows(gd, gdata, r0 + 8u * j), gd.row_bytes, next, lane);
-      simdgroup_q4_load(un[j], q4_block_rows(ud, udata, r0 + 8u * j), ud.row_bytes, next, lane);
-    }
+    q4_load_blocks(gn, gd, gdata, r0, next, lane);
+    q4_load_blocks(un, ud, udata, r0, next, lane);
     q4_products(xt, gq, gstaged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc_g);
     q4_products(xt, uq, ustaged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc_u);
     for (uint j = 0; j < 4u; ++j) {
@@ -569,7 +565,7 @@ inline void moe_down_q4_tile(
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
   simdgroup_q4_block q[4];
-  for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(q[j], q4_block_rows(dd, data, r0 + 8u * j), dd.row_bytes, 0u, lane);
+  q4_load_blocks(q, dd, data, r0, 0u, lane);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
     if (slot == 0u) stage_q4_scales(dd, scales, biases, c0, step, staged, tid, GEMM_THREADS);
@@ -579,8 +575,7 @@ inline void moe_down_q4_tile(
     const uint next = min(k0 + GEMM_K, dd.cols - GEMM_K);
     xr = fetch_activations(src, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
     simdgroup_q4_block qn[4];
-    for (uint j = 0; j < 4u; ++j)
-      simdgroup_q4_load(qn[j], q4_block_rows(dd, data, r0 + 8u * j), dd.row_bytes, next, lane);
+    q4_load_blocks(qn, dd, data, r0, next, lane);
     q4_products(xt, q, staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc);
     for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -428,6 +428,12 @@ inline device const uchar* q4_block_rows(thread const WeightDesc& w, device cons
   return data + ulong(min(row, w.rows - 8u)) * w.row_bytes;
 }
 
+// The simdgroup's 4 row blocks of 8 rows from row r0 (q4_block_rows), columns k0 .. k0+63, into q.
+inline void q4_load_blocks(thread simdgroup_q4_block* q, thread const WeightDesc& w, device const uchar* data, uint r0, uint k0,
+                           ushort lane) {
+  for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(q[j], q4_block_rows(w, data, r0 + 8u * j), w.row_bytes, k0, lane);
+}
+
 // acc[4i + j] += A_i · B_j over one 64-column step, for the token blocks i < token_blocks (even) of
 // `xt` (stored in q4_fragment_column order) and the simdgroup's 4 row blocks j of q (scale_bias: their
 // 32 rows' staged pairs); per 16 columns, the 4 row blocks' fragments, then per pair of token blocks

@@ -75,8 +75,7 @@ class GpuBackend::Call {
     return *this;
   }
   void run() {
-    d_.overlap = !be_.prompt_;
-    d_.direct = be_.prompt_;
+    d_.prompt = be_.prompt_;
     if (d_.grid[0] && d_.grid[1] && d_.grid[2]) be_.submit(d_);
   }
 

@@ -1,7 +1,5 @@
 #include "gpu_backend.h"
 
-#include <cmath>
-
 #include "call.h"
 
 namespace moelens::gpu {
@@ -71,9 +69,9 @@ void GpuBackend::flush() {
 }
 
 // A prompt chunk's kernels launch one after another: overlapping each launch with the previous kernel
-// (Dispatch::overlap) measured 27 % slower at 512 tokens on the H200 (docs/metal.md, "CUDA launches"),
-// and they launch directly rather than through a graph (Dispatch::direct), whose per-call node updates
-// cost the host 2.2 ms before a 512-token chunk started (reports/2026-12-02-h200-l1-traffic.md).
+// measured 27 % slower at 512 tokens on the H200 (docs/metal.md, "CUDA launches"), and they launch
+// directly rather than through a graph, whose per-call node updates cost the host 2.2 ms before a
+// 512-token chunk started (reports/2026-12-02-h200-l1-traffic.md): Dispatch::prompt.
 void GpuBackend::begin_chunk(int n) {
   auto lock = enter();
   prompt_ = n >= prefill_min_tokens_;
@@ -159,25 +157,37 @@ std::unique_ptr<Weight> GpuBackend::upload(const LinearWeight& w) {
   return g;
 }
 
-// Whether every scale and bias of a quantized matrix is zero or a normal half exactly (bf16 within
-// half's exponents, f16 normal, f32 with half's precision): stops at the first that is not.
+// Whether every scale and bias of a quantized matrix is zero or a normal half exactly: bf16 with an
+// exponent within half's normal range (its 7 mantissa bits fit half's 10), f16 normal, f32 within half's
+// range with half's precision. Bit tests per value without early exits inside a matrix, so that the
+// loops over a checkpoint's scales (about 1/16 of its bytes) vectorise.
 bool GpuBackend::scales_exact_in_half(const LinearWeight& w) {
-  auto exact = [](float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    const float a = std::fabs(f);
-    return f == 0.0f || (a >= 0x1p-14f && a <= 65504.0f && (bits & 0x1fffu) == 0);
-  };
   const size_t count = size_t(w.rows) * size_t(w.scale_row_bytes()) / dtype_size(w.scale_dtype);
+  auto all = [count](const void* values, auto exact, auto bits) {
+    const auto* v = static_cast<const decltype(bits)*>(values);
+    bool ok = true;
+    for (size_t i = 0; i < count; ++i) ok &= exact(v[i]);
+    return ok;
+  };
+  auto bf16 = [](uint16_t v) {
+    const uint32_t e = (v >> 7) & 0xffu;
+    return (v & 0x7fffu) == 0 || (e >= 127 - 14 && e <= 127 + 15);
+  };
+  auto f16 = [](uint16_t v) {
+    const uint32_t e = (v >> 10) & 0x1fu;
+    return (v & 0x7fffu) == 0 || (e >= 1 && e <= 30);
+  };
+  auto f32 = [](uint32_t v) {
+    const uint32_t e = (v >> 23) & 0xffu, magnitude = v & 0x7fffffffu;
+    return magnitude == 0 || (e >= 127 - 14 && magnitude <= 0x477fe000u && (v & 0x1fffu) == 0);  // 0x477fe000: 65504
+  };
   for (int64_t e = 0; e < std::max<int64_t>(1, w.experts); ++e)
-    for (const void* values : {w.scales[size_t(e)], w.biases[size_t(e)]})
-      for (size_t i = 0; i < count; ++i) {
-        float f;
-        if (w.scale_dtype == DType::BF16) f = bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
-        else if (w.scale_dtype == DType::F16) f = f16_to_f32(static_cast<const uint16_t*>(values)[i]);
-        else std::memcpy(&f, static_cast<const unsigned char*>(values) + 4 * i, 4);
-        if (!exact(f)) return false;
-      }
+    for (const void* values : {w.scales[size_t(e)], w.biases[size_t(e)]}) {
+      const bool ok = w.scale_dtype == DType::BF16  ? all(values, bf16, uint16_t{})
+                      : w.scale_dtype == DType::F16 ? all(values, f16, uint16_t{})
+                                                    : all(values, f32, uint32_t{});
+      if (!ok) return false;
+    }
   return true;
 }
 

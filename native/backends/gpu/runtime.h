@@ -30,13 +30,12 @@ struct Dispatch {
   int params_index = -1;
   uint32_t grid[3] = {1, 1, 1};
   uint32_t threads[3] = {1, 1, 1};
-  // May be launched while the previous kernel still runs, its threads waiting at entry until that one has
-  // finished (CUDA: programmatic dependent launch); runtimes without such launches ignore it.
-  bool overlap = true;
-  // Launched as it comes instead of recorded into a graph with the step's other dispatches (CUDA): for
-  // kernels long enough that the next launch is made while they run (a prompt chunk's), a graph only
-  // adds the host's update of its nodes before the GPU starts. Runtimes without graphs ignore it.
-  bool direct = false;
+  // A prompt chunk's: kernels long enough that the next launch is made while they run. CUDA launches it
+  // as it comes (after whatever was recorded before it) instead of recording it into a graph, whose
+  // node updates would only add host time before the GPU starts, and plainly, where a decode step's
+  // kernels may be launched while the previous one still runs (programmatic dependent launch), which
+  // measured slower for prompts. Runtimes without graphs or such launches ignore it.
+  bool prompt = false;
 };
 
 // The host's side of recording and submitting work, counted like Runtime::stats(): what a report per

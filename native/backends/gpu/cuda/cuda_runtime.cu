@@ -9,13 +9,13 @@
 // updated in place, and the graph is launched as one unit, without waiting, so that the host records
 // step n+1 while the GPU runs step n. Updates never affect a launch in flight.
 //
-// Dispatches marked `direct` (a prompt chunk's) are launched as they come, after the graph of whatever
+// A prompt chunk's dispatches (Dispatch::prompt) are launched as they come, after the graph of whatever
 // was recorded before them: their kernels are long enough to hide the next launch.
 //
 // Programmatic dependent launch (compute capability 9.0 and later): each kernel of a decode step may be
 // launched while the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel)
 // until that kernel has finished, so the launch latency between two kernels is hidden. Prompt chunks
-// launch plainly (Dispatch::overlap: it measured slower there). MOELENS_CUDA_PDL=0 turns it off.
+// launch plainly (Dispatch::prompt: it measured slower there). MOELENS_CUDA_PDL=0 turns it off.
 //
 // MOELENS_CUDA_GRAPH=0 launches each kernel directly instead; MOELENS_CUDA_PROFILE=1 does so too and
 // times every kernel with events (stats() then lists GPU time per kernel; launches are plain there).
@@ -140,7 +140,7 @@ class CudaRuntime final : public Runtime {
     CudaKernelCall call;
     describe(d, launch, call);  // checks the bindings against the kernel now, in every mode
     ++launched_;
-    if (use_graph_ && !d.direct) {
+    if (use_graph_ && !d.prompt) {
       recorded_.push_back(d);
       return;
     }
@@ -157,7 +157,7 @@ class CudaRuntime final : public Runtime {
     cudaLaunchAttribute programmatic{};
     programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     programmatic.val.programmaticStreamSerializationAllowed = 1;
-    if (programmatic_ && !profile_ && d.overlap) config.attrs = &programmatic, config.numAttrs = 1;
+    if (programmatic_ && !profile_ && !d.prompt) config.attrs = &programmatic, config.numAttrs = 1;
     check(cudaLaunchKernelExC(&config, call.func, call.args), kernels::kInfo[d.kernel].name);
     if (profile_) {
       check(cudaEventRecord(end, stream_), "event");
@@ -256,7 +256,7 @@ class CudaRuntime final : public Runtime {
   static bool same_kernels(const std::vector<Dispatch>& a, const std::vector<Dispatch>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].kernel != b[i].kernel || a[i].overlap != b[i].overlap) return false;
+      if (a[i].kernel != b[i].kernel || a[i].prompt != b[i].prompt) return false;
     return true;
   }
 
@@ -309,7 +309,7 @@ class CudaRuntime final : public Runtime {
       describe(recorded_[i], launch, call);
       const cudaKernelNodeParams p = node_params(launch, call);
       check(cudaGraphAddKernelNode(&g.nodes[i], g.graph, nullptr, 0, &p), kernels::kInfo[recorded_[i].kernel].name);
-      const cudaGraphEdgeData& edge = programmatic_ && recorded_[i].overlap ? programmatic : plain;
+      const cudaGraphEdgeData& edge = programmatic_ && !recorded_[i].prompt ? programmatic : plain;
       if (i) check(cudaGraphAddDependencies(g.graph, &g.nodes[i - 1], &g.nodes[i], &edge, 1), "graph edge");
     }
     check(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");
