@@ -5,6 +5,13 @@
 
 #include "params.h"
 
+// MIN_RESIDENT_THREADGROUPS(n), between a kernel's [[max_total_threads_per_threadgroup(N)]] and
+// `kernel`: with CUDA, at least n of its threadgroups resident per multiprocessor (__launch_bounds__'
+// second argument), which caps its registers per thread. Metal sizes registers from the attribute alone.
+#if defined(__METAL_VERSION__)
+#define MIN_RESIDENT_THREADGROUPS(n)
+#endif
+
 inline float bf16_bits_to_float(ushort bits) { return as_type<float>(uint(bits) << 16); }
 inline float f16_bits_to_float(ushort bits) { return float(as_type<half>(bits)); }
 

@@ -116,7 +116,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
 // 32 rows read straight into its fragments (simdgroup_q4_load) for all the tile's tokens, instead of
 // converted into a threadgroup tile that two simdgroups read; the rows' scales and biases staged
 // Q4_SCALE_GROUPS groups at a time. Same bindings and results as gemm.
-[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void gemm_q4(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(3) kernel void gemm_q4(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                     device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
                     device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
                     device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],

@@ -17,32 +17,48 @@ using namespace metal;
 // positions[entry] is the entry's place there. Ids outside 0 .. experts-1 are in no bucket.
 inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_BUCKET_BLOCK - 1u) / MOE_BUCKET_BLOCK; }
 
-// Threadgroup = one block of entries, one thread per expert (threads >= experts): thread e walks the
-// block's experts in threadgroup memory in entry order, so its ranks are stable. counts[e · blocks +
-// block] = the block's entries of expert e; positions[entry] = the entry's rank (scattered later).
-[[max_total_threads_per_threadgroup(ROUTER_MAX_EXPERTS)]] kernel void moe_bucket_count(device const int* ids [[buffer(0)]], device uint* counts [[buffer(1)]],
+// Threadgroup = one block of entries; thread (part, e) = tid / lanes, tid % lanes (lanes = experts
+// rounded up to 32; the host picks parts, a power of 2 up to MOE_BUCKET_PARTS) walks part `part` of the
+// block in entry order and ranks expert e's entries there, so ranks are stable; an entry's rank in the
+// block adds its expert's counts in the earlier parts. counts[e · blocks + block] = the block's entries
+// of expert e; positions[entry] = the entry's rank (scattered later).
+[[max_total_threads_per_threadgroup(MOE_BUCKET_THREADS)]] kernel void moe_bucket_count(device const int* ids [[buffer(0)]], device uint* counts [[buffer(1)]],
                              device uint* positions [[buffer(2)]], constant MoeTiledParams& p [[buffer(3)]],
-                             uint block [[threadgroup_position_in_grid]], uint e [[thread_index_in_threadgroup]],
+                             uint block [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                              uint threads [[threads_per_threadgroup]]) {
-  threadgroup uint expert_of[MOE_BUCKET_BLOCK];
+  threadgroup uint4 expert_of[MOE_BUCKET_BLOCK / 4u];
   threadgroup uint rank_of[MOE_BUCKET_BLOCK];
+  threadgroup uint part_count[MOE_BUCKET_THREADS];  // [part][lane]
+  threadgroup uint* expert_words = (threadgroup uint*)expert_of;
   const uint entry_count = p.n * p.k, first = block * MOE_BUCKET_BLOCK;
-  for (uint j = e; j < MOE_BUCKET_BLOCK; j += threads) {
+  const uint lanes = (p.experts + 31u) / 32u * 32u, e = tid % lanes, part = tid / lanes;
+  const uint span = MOE_BUCKET_BLOCK / (threads / lanes);  // entries per part, a multiple of 4
+  for (uint j = tid; j < MOE_BUCKET_BLOCK; j += threads) {
     const uint i = first + j, id = uint(ids[min(i, entry_count - 1u)]);
-    expert_of[j] = i < entry_count && id < p.experts ? id : 0xffffffffu;  // matches no thread
+    expert_words[j] = i < entry_count && id < p.experts ? id : 0xffffffffu;  // matches no thread
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   uint count = 0u;
-  for (uint j = 0; j < MOE_BUCKET_BLOCK; ++j) {
-    if (expert_of[j] == e) {
-      rank_of[j] = count;
-      ++count;
-    }
+  for (uint j4 = part * span / 4u; j4 < (part + 1u) * span / 4u; ++j4) {
+    const uint4 v = expert_of[j4];  // 4 entries per load
+    const uint x[4] = {v.x, v.y, v.z, v.w};
+    for (uint c = 0; c < 4u; ++c)
+      if (x[c] == e) rank_of[4u * j4 + c] = count++;
   }
-  if (e < p.experts) counts[e * bucket_blocks(p) + block] = count;
+  part_count[tid] = count;
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint j = e; j < MOE_BUCKET_BLOCK; j += threads)
-    if (expert_of[j] != 0xffffffffu) positions[first + j] = rank_of[j];
+  if (part == 0u && e < p.experts) {
+    uint total = 0u;
+    for (uint q = 0; q < threads / lanes; ++q) total += part_count[q * lanes + e];
+    counts[e * bucket_blocks(p) + block] = total;
+  }
+  for (uint j = tid; j < MOE_BUCKET_BLOCK; j += threads) {
+    const uint x = expert_words[j];
+    if (x == 0xffffffffu) continue;
+    uint rank = rank_of[j];
+    for (uint q = 0; q < j / span; ++q) rank += part_count[q * lanes + x];
+    positions[first + j] = rank;
+  }
 }
 
 // One threadgroup: counts [experts · blocks] become their exclusive prefix sums, in rounds of

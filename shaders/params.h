@@ -236,9 +236,12 @@ struct MoeParams {
 };
 
 // MoE prefill's counting sort (moe_bucket_count, _scan, _scatter): entries counted and ranked in blocks
-// of MOE_BUCKET_BLOCK (one thread per expert walks a block), the [expert, block] counts scanned by one
-// threadgroup of MOE_SCAN_THREADS (32 simdgroups), MOE_SCAN_PER_THREAD counts per thread per round.
+// of MOE_BUCKET_BLOCK (a thread per expert walks each of up to MOE_BUCKET_PARTS parts of a block, at
+// most MOE_BUCKET_THREADS threads), the [expert, block] counts scanned by one threadgroup of
+// MOE_SCAN_THREADS (32 simdgroups), MOE_SCAN_PER_THREAD counts per thread per round.
 #define MOE_BUCKET_BLOCK 512u
+#define MOE_BUCKET_PARTS 4u
+#define MOE_BUCKET_THREADS 1024
 // The affine tiled MoE kernels' `_short` build: tiles of MOE_SHORT_TILE_TOKENS bucket rows, for chunks
 // of at most that many (token, slot) entries per expert on average (512 tokens x 8 / 256 experts = 16).
 #define MOE_SHORT_TILE_TOKENS 32u

@@ -24,13 +24,16 @@
 // - simdgroup_q4_load(q, rows, row_bytes, k0, lane): 8 rows of MLX 4-bit weights (row j at rows + j ·
 //   row_bytes, device memory, 8-byte aligned), columns k0 .. k0+63 (k0 a multiple of 64), into q, a
 //   simdgroup_q4_block (what it holds differs by target); lane is the caller's thread_index_in_simdgroup;
-// - simdgroup_q4_dequantize(w0, w1, q, block, scale_bias, lane): the B operands of k block `block` (0-3)
-//   of q, dequantised: element (i, j) of w_f is v · s + b rounded to half once, for the 4-bit value v of
-//   row j in column k0 + q4_fragment_column(16 block + 8f + i), s and b halfs, the low halves of the
+// - simdgroup_q4_scales_load(s, scale_bias, lane): the scale and bias of each of 8 rows into s, a
+//   simdgroup_q4_scales (what it holds differs by target): row j's are halfs, the low halves of the
 //   words scale_bias[2j] and scale_bias[2j + 1] (threadgroup memory, 8-byte aligned; both halves of a
-//   word hold the value). Multiplied with activations stored in q4_fragment_column order, the products
-//   are those of the weights in stored order. With CUDA the weights reach the tensor cores without a
-//   round trip through threadgroup memory (msl.h).
+//   word hold the value); loaded once per 64-column step, they serve its 4 k blocks;
+// - simdgroup_q4_dequantize(w0, w1, q, block, s, lane): the B operands of k block `block` (0-3) of q,
+//   dequantised: element (i, j) of w_f is v · s_j + b_j rounded to half once, for the 4-bit value v of
+//   row j in column k0 + q4_fragment_column(16 block + 8f + i) and row j's scale and bias in s.
+//   Multiplied with activations stored in q4_fragment_column order, the products are those of the
+//   weights in stored order. With CUDA the weights reach the tensor cores without a round trip through
+//   threadgroup memory (msl.h).
 #if defined(__METAL_VERSION__)
 inline void simdgroup_multiply_accumulate_pair(thread simdgroup_float8x8& d0, thread simdgroup_float8x8& d1,
                                                simdgroup_half8x8 a0, simdgroup_half8x8 a1, simdgroup_half8x8 b,
@@ -68,8 +71,19 @@ inline void simdgroup_q4_load(thread simdgroup_q4_block& q, device const uchar* 
   q.row_bytes = row_bytes;
   q.k0 = k0;
 }
+// Each lane's two rows (j, j + 1 of dequantize's thread_elements() layout).
+struct simdgroup_q4_scales {
+  half2 scale, bias;
+};
+inline void simdgroup_q4_scales_load(thread simdgroup_q4_scales& s, threadgroup const uint* scale_bias, ushort lane) {
+  const uint j = ((lane / 4u) & 2u) * 2u + (lane % 2u) * 2u;
+  for (uint e = 0; e < 2u; ++e) {
+    s.scale[e] = as_type<half>(ushort(scale_bias[2u * (j + e)] & 0xffffu));
+    s.bias[e] = as_type<half>(ushort(scale_bias[2u * (j + e) + 1u] & 0xffffu));
+  }
+}
 inline void simdgroup_q4_dequantize(thread simdgroup_half8x8& w0, thread simdgroup_half8x8& w1,
-                                    thread const simdgroup_q4_block& q, uint block, threadgroup const uint* scale_bias,
+                                    thread const simdgroup_q4_block& q, uint block, thread const simdgroup_q4_scales& s,
                                     ushort lane) {
   const uint quad = lane / 4u, i = (quad & 4u) + (lane / 2u) % 4u, j = (quad & 2u) * 2u + (lane % 2u) * 2u;
   for (uint f = 0; f < 2u; ++f) {
@@ -77,9 +91,7 @@ inline void simdgroup_q4_dequantize(thread simdgroup_half8x8& w0, thread simdgro
     half2 v;
     for (uint e = 0; e < 2u; ++e) {
       const uint nibble = (uint(q.rows[ulong(j + e) * q.row_bytes + c / 2u]) >> (4u * (c % 2u))) & 15u;
-      const float scale = float(as_type<half>(ushort(scale_bias[2u * (j + e)] & 0xffffu)));
-      const float bias = float(as_type<half>(ushort(scale_bias[2u * (j + e) + 1u] & 0xffffu)));
-      v[e] = half(fma(float(nibble), scale, bias));
+      v[e] = half(fma(float(nibble), float(s.scale[e]), float(s.bias[e])));
     }
     if (f == 0u)
       reinterpret_cast<thread half2&>(w0.thread_elements()) = v;
@@ -440,11 +452,13 @@ inline void q4_load_blocks(thread simdgroup_q4_block* q, thread const WeightDesc
 // their A fragments in one load and 4 products of 16x16 by 16x8 (k in q4_fragment_column order).
 inline void q4_products(threadgroup const half* xt, thread const simdgroup_q4_block* q, threadgroup const uint* scale_bias,
                         uint token_blocks, ushort lane, thread simdgroup_float8x8* acc) {
+  simdgroup_q4_scales s[4];
+  for (uint j = 0; j < 4u; ++j) simdgroup_q4_scales_load(s[j], scale_bias + 16u * j, lane);
   // Not unrolled: unrolled, CUDA's gate/up build holds about 230 registers instead of 160 (sm_90).
 #pragma unroll 1
   for (uint block = 0; block < 4u; ++block) {
     simdgroup_half8x8 w[8];  // w[2j], w[2j + 1]: row block j, k halves 0 and 1
-    for (uint j = 0; j < 4u; ++j) simdgroup_q4_dequantize(w[2u * j], w[2u * j + 1u], q[j], block, scale_bias + 16u * j, lane);
+    for (uint j = 0; j < 4u; ++j) simdgroup_q4_dequantize(w[2u * j], w[2u * j + 1u], q[j], block, s[j], lane);
     for (uint i = 0; i < token_blocks; i += 2u) {
       simdgroup_half8x8 a00, a10, a01, a11;  // token block i + r, k half k
       simdgroup_load4(a00, a10, a01, a11, xt, TILE_LD(GEMM_K), ulong2(16u * block, 8u * i));

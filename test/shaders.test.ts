@@ -105,6 +105,24 @@ describe("the lint of the portable MSL subset", () => {
     expect(r.out).toMatch(/k\.metal:\d+: .*not in the portable MSL subset/);
   });
 
+  test("MIN_RESIDENT_THREADGROUPS becomes __launch_bounds__' second argument and needs the threads attribute", () => {
+    const kernel = "MIN_RESIDENT_THREADGROUPS(3) kernel void k(device float* x [[buffer(0)]]) { x[0] = 1.0f; }\n";
+    const header = "#include <metal_stdlib>\nusing namespace metal;\n";
+    const out = fs.mkdtempSync(path.join(tmp, "resident-"));
+    const file = path.join(out, "resident.metal");
+    fs.writeFileSync(file, header + "[[max_total_threads_per_threadgroup(64)]] " + kernel);
+    const r = run(path.join(buildDir, "msl-translate"), ["--out", out, "--cuda", file]);
+    expect(r.status, r.out).toBe(0);
+    const cuda = fs.readFileSync(path.join(out, "resident.cu"), "utf8");
+    expect(cuda).toMatch(/__launch_bounds__\(64, 3\) k\(/);
+    expect(cuda).not.toMatch(/MIN_RESIDENT_THREADGROUPS/);
+    expect(fs.readFileSync(path.join(out, "resident.emu.cpp"), "utf8")).not.toMatch(/MIN_RESIDENT_THREADGROUPS/);
+    fs.writeFileSync(file, header + kernel);
+    const bare = run(path.join(buildDir, "msl-translate"), ["--out", out, file]);
+    expect(bare.status, bare.out).toBe(1);
+    expect(bare.out).toMatch(/resident\.metal:3: kernel k: MIN_RESIDENT_THREADGROUPS follows/);
+  });
+
   test("accepts a conforming kernel", () => {
     const file = path.join(tmp, "ok.metal");
     fs.writeFileSync(

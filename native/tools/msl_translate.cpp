@@ -185,7 +185,8 @@ struct Kernel {
   std::string name, file;
   std::vector<Param> params;
   std::string max_threads = "1024";  // [[max_total_threads_per_threadgroup(N)]] before `kernel` (N may be a macro)
-  size_t attr_begin = 0, attr_end = 0;  // that attribute's text, when present
+  std::string min_resident;  // MIN_RESIDENT_THREADGROUPS(N) between that attribute and `kernel`; CUDA only
+  size_t attr_begin = 0, attr_end = 0;  // the attributes' text, when present
   size_t kernel_tok_begin;  // the `kernel` keyword
   size_t kernel_tok_end;
   size_t params_begin, params_end;  // inside the parentheses
@@ -303,11 +304,19 @@ void parse_kernels(ShaderFile& f) {
     Kernel k;
     k.name = t[i + 2].text;
     k.file = f.stem;
-    if (i >= 8 && t[i - 8].text == "[" && t[i - 7].text == "[" && t[i - 6].text == "max_total_threads_per_threadgroup" &&
-        t[i - 5].text == "(" && t[i - 3].text == ")" && t[i - 2].text == "]" && t[i - 1].text == "]") {
-      k.max_threads = t[i - 4].text;
-      k.attr_begin = t[i - 8].begin;
-      k.attr_end = t[i - 1].end;
+    size_t at = i;  // one past the attribute
+    if (at >= 4 && t[at - 4].text == "MIN_RESIDENT_THREADGROUPS" && t[at - 3].text == "(" && t[at - 1].text == ")") {
+      k.min_resident = t[at - 2].text;
+      k.attr_end = t[at - 1].end;
+      at -= 4;
+    }
+    if (at >= 8 && t[at - 8].text == "[" && t[at - 7].text == "[" && t[at - 6].text == "max_total_threads_per_threadgroup" &&
+        t[at - 5].text == "(" && t[at - 3].text == ")" && t[at - 2].text == "]" && t[at - 1].text == "]") {
+      k.max_threads = t[at - 4].text;
+      k.attr_begin = t[at - 8].begin;
+      if (!k.attr_end) k.attr_end = t[at - 1].end;
+    } else if (!k.min_resident.empty()) {
+      throw Error(where(f, t[i].line) + ": kernel " + k.name + ": MIN_RESIDENT_THREADGROUPS follows [[max_total_threads_per_threadgroup(N)]]");
     }
     k.kernel_tok_begin = t[i].begin;
     k.kernel_tok_end = t[i].end;
@@ -563,7 +572,8 @@ std::string cuda_file(const ShaderFile& f) {
   }
   for (const Kernel& k : f.kernels) {
     if (k.attr_end) edits.push_back({k.attr_begin, k.attr_end, ""});
-    std::string sig = "__global__ void __launch_bounds__(" + k.max_threads + ") " + k.name + "(";
+    std::string bounds = k.max_threads + (k.min_resident.empty() ? "" : ", " + k.min_resident);
+    std::string sig = "__global__ void __launch_bounds__(" + bounds + ") " + k.name + "(";
     std::string prologue;
     bool first = true;
     for (const Param& p : k.params) {

@@ -512,25 +512,32 @@ MSL_FN void simdgroup_multiply_accumulate_16x16(simdgroup_float8x8& d0, simdgrou
 
 // simdgroup_q4_load / simdgroup_q4_dequantize (shaders/tiles.h states them): lane l holds row l / 4's
 // bytes 8 (l % 4) .. +7 of the step, its columns 16 (l % 4) .. +15, which are the B-operand elements
-// of every fragment of that row (q4_fragment_column): a pair of them is one masked word under the
-// exponent of half's 1024 (1024 + v exactly), so a fragment costs a shift, a mask, a subtraction and a
-// fused multiply-add per two weights, and neither shuffles nor threadgroup memory.
+// of every fragment of that row (q4_fragment_column). A pair of them is one masked word under the
+// exponent of half's 1024 (low nibbles: 1024 + v exactly) or of 64 (high nibbles: 64 + v), so two
+// weights cost one lop3, a subtraction and a fused multiply-add, plus a shift per four in odd k
+// blocks, and neither shuffles nor threadgroup memory.
 struct simdgroup_q4_block {
   uint2 v;
+};
+struct simdgroup_q4_scales {
+  uint2 v;  // row l / 4's scale and bias, each a half in both halves of its word
 };
 MSL_FN void simdgroup_q4_load(simdgroup_q4_block& q, const uchar* rows, ulong row_bytes, uint k0, ushort lane) {
   q.v = *reinterpret_cast<const uint2*>(rows + (lane >> 2) * row_bytes + k0 / 2u + 8u * (lane & 3u));
 }
+MSL_FN void simdgroup_q4_scales_load(simdgroup_q4_scales& s, const uint* scale_bias, ushort lane) {
+  s.v = reinterpret_cast<const uint2*>(scale_bias)[lane >> 2];
+}
 MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1, const simdgroup_q4_block& q, uint block,
-                                    const uint* scale_bias, ushort lane) {
-  const uint2 sb = reinterpret_cast<const uint2*>(scale_bias)[lane >> 2];
-  const uint word = block < 2u ? q.v.x : q.v.y, shift = 8u * (block & 1u);  // fragments 2 block, 2 block + 1
-  const uint pair0 = ((word >> shift) & 0x000F000Fu) | 0x64006400u;
-  const uint pair1 = ((word >> (shift + 4u)) & 0x000F000Fu) | 0x64006400u;
+                                    const simdgroup_q4_scales& sb, ushort lane) {
+  // fragments 2 block and 2 block + 1: nibbles 2 (block % 2) and the next of each 16-bit half of a word
+  const uint word = (block < 2u ? q.v.x : q.v.y) >> (8u * (block & 1u));
+  const uint pair0 = (word & 0x000F000Fu) | 0x64006400u, pair1 = (word & 0x00F000F0u) | 0x54005400u;
   const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
-  const __half2 s = reinterpret_cast<const __half2&>(sb.x), b = reinterpret_cast<const __half2&>(sb.y);
+  const __half2 k64 = __halves2half2(__ushort_as_half(0x5400u), __ushort_as_half(0x5400u));
+  const __half2 s = reinterpret_cast<const __half2&>(sb.v.x), b = reinterpret_cast<const __half2&>(sb.v.y);
   const __half2 r0 = __hfma2(__hsub2(reinterpret_cast<const __half2&>(pair0), k1024), s, b);
-  const __half2 r1 = __hfma2(__hsub2(reinterpret_cast<const __half2&>(pair1), k1024), s, b);
+  const __half2 r1 = __hfma2(__hsub2(reinterpret_cast<const __half2&>(pair1), k64), s, b);
   w0.a = w1.a = 0u;  // the A role is never used
   w0.b = reinterpret_cast<const uint32_t&>(r0);
   w1.b = reinterpret_cast<const uint32_t&>(r1);
@@ -856,11 +863,26 @@ inline void simdgroup_q4_load(simdgroup_q4_block& q, const MSL_AS_DEVICE uchar* 
   for (int r = 0; r < 8; ++r)
     for (int b = 0; b < 32; ++b) q.bytes[r][b] = rows[ulong(r) * row_bytes + k0 / 2u + uint(b)];
 }
+struct simdgroup_q4_scales {
+  float scale[8], bias[8];
+};
+inline void simdgroup_q4_scales_load(simdgroup_q4_scales& s, const MSL_AS_THREADGROUP uint* scale_bias, ushort lane,
+                                     int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+  const uint own = msl_emu::collective<uint>(msl_emu::SimdOp::Uniform,
+                                             simdgroup_detail::argument_digest((const void*)scale_bias, 0, ulong2(0, 0), false),
+                                             0u, line, file);
+  if (uint(lane) != own) msl_emu::wrong_lane(lane, own);
+  if ((uintptr_t)scale_bias % 8u != 0) msl_emu::misaligned_vector((uintptr_t)scale_bias, 8);  // CUDA reads a uint2 per row
+  for (uint j = 0; j < 8u; ++j) {
+    s.scale[j] = float(as_type<half>(ushort(scale_bias[2u * j] & 0xffffu)));
+    s.bias[j] = float(as_type<half>(ushort(scale_bias[2u * j + 1u] & 0xffffu)));
+  }
+}
 inline void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1, const simdgroup_q4_block& q, uint block,
-                                    const MSL_AS_THREADGROUP uint* scale_bias, ushort lane, int line = __builtin_LINE(),
+                                    const simdgroup_q4_scales& s, ushort lane, int line = __builtin_LINE(),
                                     const char* file = __builtin_FILE()) {
   const uint own = msl_emu::collective<uint>(msl_emu::SimdOp::Uniform,
-                                             simdgroup_detail::argument_digest((const void*)scale_bias, 0, ulong2(block, 0), false),
+                                             simdgroup_detail::argument_digest(nullptr, 0, ulong2(block, 0), false),
                                              0u, line, file);
   if (uint(lane) != own) msl_emu::wrong_lane(lane, own);
   simdgroup_half8x8* w[2] = {&w0, &w1};
@@ -869,9 +891,7 @@ inline void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1
       for (uint j = 0; j < 8u; ++j) {
         const uint c = q4_fragment_column(16u * block + 8u * f + i);
         const uint nibble = (uint(q.bytes[j][c / 2u]) >> (4u * (c % 2u))) & 15u;
-        const float scale = float(as_type<half>(ushort(scale_bias[2u * j] & 0xffffu)));
-        const float bias = float(as_type<half>(ushort(scale_bias[2u * j + 1u] & 0xffffu)));
-        w[f]->e[i * 8u + j] = half(float(nibble) * scale + bias);
+        w[f]->e[i * 8u + j] = half(float(nibble) * s.scale[j] + s.bias[j]);
       }
 }
 #endif

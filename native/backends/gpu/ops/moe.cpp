@@ -89,6 +89,9 @@ static_assert(MOE_SHORT_TILE_TOKENS % 32 == 0 && MOE_SHORT_TILE_TOKENS <= GEMM_T
               "short MoE tiles: 2x2 simdgroups of whole 16x16 products, whole activation runs per thread");
 static_assert(MOE_TILE_LIST_THREADS == 512 && MOE_TILE_LIST_THREADS * MOE_TILE_LIST_PER_THREAD >= ROUTER_MAX_EXPERTS + 1,
               "moe_tile_list: 16 simdgroups, their totals scanned by one; every bucket and the shared expert's");
+static_assert((MOE_BUCKET_PARTS & (MOE_BUCKET_PARTS - 1)) == 0 && MOE_BUCKET_BLOCK % (4 * MOE_BUCKET_PARTS) == 0 &&
+                  MOE_BUCKET_THREADS >= ROUTER_MAX_EXPERTS,
+              "moe_bucket_count: parts of whole uint4s of entries, every expert a thread");
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
 
 void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
@@ -100,9 +103,13 @@ void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View 
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.experts = uint32_t(experts);
   const uint32_t entry_count = u32(size_t(n) * size_t(top_k), "entries"), blocks = ceil_div(entry_count, MOE_BUCKET_BLOCK);
   scratch(moe_bucket_counts_, size_t(experts) * blocks);
+  // A thread per expert per part of a block: parts a power of 2, so each part is whole uint4s of entries.
+  const uint32_t lanes = (p.experts + 31) / 32 * 32;
+  uint32_t parts = MOE_BUCKET_PARTS;
+  while (parts > 1 && lanes * parts > uint32_t(MOE_BUCKET_THREADS)) parts /= 2;
   namespace bc = k::moe_bucket_count;
   Call(*this, bc::id).buf(bc::ids, ids).buf(bc::counts, moe_bucket_counts_.get()).buf(bc::positions, positions)
-      .params(bc::p, p).grid(blocks).threads((p.experts + 31) / 32 * 32).run();
+      .params(bc::p, p).grid(blocks).threads(lanes * parts).run();
   namespace bs = k::moe_bucket_scan;
   Call(*this, bs::id).buf(bs::counts, moe_bucket_counts_.get()).buf(bs::offsets, offsets).params(bs::p, p).grid(1)
       .threads(MOE_SCAN_THREADS).run();
