@@ -144,18 +144,19 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   const uint runs = TILE_RUNS_PER_THREAD;
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
   simdgroup_q4_block q[4];
-  q4_load_blocks(q, w, job.data, r0, 0u, ushort(lane));
+  q4_load_blocks(q, w, job.data, r0, 0u, 4u, ushort(lane));
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
-    if (slot == 0u) stage_q4_scales(w, job.scales, job.biases, job.row0, step, staged, tid, GEMM_THREADS);
+    if (slot == 0u) stage_q4_scales(w, job.scales, job.biases, job.row0, Q4_TILE_ROWS, step, staged, tid, GEMM_THREADS);
     store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, p.cols - GEMM_K);
     xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
     simdgroup_q4_block qn[4];
-    q4_load_blocks(qn, w, job.data, r0, next, ushort(lane));
-    q4_products(xt, q, staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), GEMM_TILE_TOKENS / 8u, ushort(lane), acc);
+    q4_load_blocks(qn, w, job.data, r0, next, 4u, ushort(lane));
+    threadgroup const uint* sb = staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg);
+    q4_products(xt, q, sb, sb + 32u, GEMM_TILE_TOKENS / 8u, ushort(lane), acc);
     for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }

@@ -310,29 +310,29 @@ inline void moe_gate_up_tile(
                    tiles, tile_words, row_of, MOE_SHORT_TILE_TOKENS, false);
 }
 
-// The `_q4_short` build of moe_gate_up_tiled for MLX 4-bit weights in groups of 64 (params.h,
-// Q4_TILE_ROWS): tiles of MOE_SHORT_TILE_TOKENS bucket rows by Q4_TILE_ROWS gate and up rows, each
-// simdgroup's 32 gate and 32 up rows read straight into its fragments (simdgroup_q4_load) instead of
-// through threadgroup tiles, which every simdgroup of the 2x2 builds read twice. Same bindings and
-// results as the other builds.
+// The `_q4` builds of moe_gate_up_tiled for MLX 4-bit weights in groups of 64 (params.h,
+// Q4_GATE_UP_TILE_ROWS): tiles of `tokens` bucket rows (GEMM_TILE_TOKENS, or MOE_SHORT_TILE_TOKENS for
+// the `_short` build) by Q4_GATE_UP_TILE_ROWS gate and up rows; each simdgroup reads 16 gate rows and
+// the same 16 up rows straight into its fragments (simdgroup_q4_load) instead of through threadgroup
+// tiles, which every simdgroup of the 2x2 builds read twice, and applies SwiGLU to its own
+// accumulators. Same bindings and results as the other builds.
 inline void moe_gate_up_q4_tile(
     device const uchar* gw, device const uchar* gs, device const uchar* gb, device const uchar* uw,
     device const uchar* us, device const uchar* ub, device const uchar* sgw, device const uchar* sgs,
     device const uchar* sgb, device const uchar* suw, device const uchar* sus, device const uchar* sub,
     device const uint4* x, device const uint* offsets, device const uint* entries, device ushort* h,
     device ushort* sh, constant MoeTiledParams& p, uint3 group, uint tid, uint sg, ushort lane,
-    device const uint* tiles, threadgroup uint4* x_words, threadgroup uint* staged, threadgroup uint* row_of) {
+    device const uint* tiles, threadgroup uint4* x_words, threadgroup uint* staged, threadgroup uint* row_of,
+    uint tokens) {
   if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
   const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint tokens = MOE_SHORT_TILE_TOKENS, t0 = tokens * (tile & 0xffffu), i0 = Q4_TILE_ROWS * group.x;
+  const uint t0 = tokens * (tile & 0xffffu), i0 = Q4_GATE_UP_TILE_ROWS * group.x;
   const WeightDesc gd = pick_expert_weight(p.gate, p.sgate, b.shared);
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
 
   threadgroup half* xt = (threadgroup half*)x_words;
-  threadgroup uint* gstaged = staged;
-  threadgroup uint* ustaged = staged + 2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS;
   device const uchar* gdata = b.shared ? sgw : gw + expert_bytes(p.gate, ec);
   device const uchar* gscales = b.shared ? sgs : gs + expert_scale_bytes(p.gate, ec);
   device const uchar* gbiases = b.shared ? sgb : gb + expert_scale_bytes(p.gate, ec);
@@ -345,56 +345,70 @@ inline void moe_gate_up_q4_tile(
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
-  const uint r0 = i0 + 32u * sg;  // the simdgroup's rows: 4 blocks of 8
-  simdgroup_float8x8 acc_g[16], acc_u[16];
-  for (uint i = 0; i < 16u; ++i) {
-    acc_g[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-    acc_u[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-  }
+  // The simdgroup's rows: 2 blocks of 8 of the gate (q[0], q[1]) and the same of the up (q[2], q[3]),
+  // whose staged scales follow the gate's Q4_GATE_UP_TILE_ROWS.
+  const uint r0 = i0 + 16u * sg;
+  simdgroup_float8x8 acc[4u * GEMM_TILE_TOKENS / 8u];  // acc[4i + j]: token block i, row block j
+  for (uint i = 0; i < 4u * tokens / 8u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.hidden);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
-  simdgroup_q4_block gq[4], uq[4];
-  q4_load_blocks(gq, gd, gdata, r0, 0u, lane);
-  q4_load_blocks(uq, ud, udata, r0, 0u, lane);
+  simdgroup_q4_block q[4];
+  q4_load_blocks(q, gd, gdata, r0, 0u, 2u, lane);
+  q4_load_blocks(q + 2, ud, udata, r0, 0u, 2u, lane);
   for (uint k0 = 0; k0 < p.hidden; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
     if (slot == 0u) {
-      stage_q4_scales(gd, gscales, gbiases, i0, step, gstaged, tid, GEMM_THREADS);
-      stage_q4_scales(ud, uscales, ubiases, i0, step, ustaged, tid, GEMM_THREADS);
+      stage_q4_scales(gd, gscales, gbiases, i0, Q4_GATE_UP_TILE_ROWS, step, staged, tid, GEMM_THREADS);
+      stage_q4_scales(ud, uscales, ubiases, i0, Q4_GATE_UP_TILE_ROWS, step, staged + 2u * Q4_GATE_UP_TILE_ROWS, tid,
+                      GEMM_THREADS);
     }
     store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, p.hidden - GEMM_K);
     xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
-    simdgroup_q4_block gn[4], un[4];
-    q4_load_blocks(gn, gd, gdata, r0, next, lane);
-    q4_load_blocks(un, ud, udata, r0, next, lane);
-    q4_products(xt, gq, gstaged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc_g);
-    q4_products(xt, uq, ustaged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc_u);
-    for (uint j = 0; j < 4u; ++j) {
-      gq[j] = gn[j];
-      uq[j] = un[j];
-    }
+    simdgroup_q4_block qn[4];
+    q4_load_blocks(qn, gd, gdata, r0, next, 2u, lane);
+    q4_load_blocks(qn + 2, ud, udata, r0, next, 2u, lane);
+    threadgroup const uint* gsb = staged + 2u * (slot * Q4_TILE_ROWS + 16u * sg);
+    q4_products(xt, q, gsb, gsb + 2u * Q4_GATE_UP_TILE_ROWS, tokens / 8u, lane, acc);
+    for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
-  // The epilogue's slabs in the staged scales' memory (no longer read).
-  threadgroup float* gslab = (threadgroup float*)staged + sg * 2u * 8u * STAGING_LD;
-  threadgroup float* uslab = gslab + 8u * STAGING_LD;
-  const uint i = r0 + lane, h_ld = HALF_ROW_LD(gd.rows);
+  // The epilogue's slabs in the staged scales' memory (no longer read): columns 0-15 of a slab are the
+  // gate's rows, 16-31 the up's; lane l takes row l % 16 of tokens 2m + l / 16.
+  threadgroup float* slab = (threadgroup float*)staged + sg * 8u * STAGING_LD;
+  const uint c = lane % 16u, i = r0 + c, h_ld = HALF_ROW_LD(gd.rows);
   device ushort* dst = b.shared ? sh : h + ulong(b.begin) * h_ld;
   for (uint s = 0; s < tokens / 8u; ++s) {
-    stage_slab(acc_g, s, gslab);
-    stage_slab(acc_u, s, uslab);
-    for (uint r = 0; r < 8u; ++r) {
-      const uint t = t0 + 8u * s + r;
-      const float v = silu(gslab[r * STAGING_LD + lane]) * uslab[r * STAGING_LD + lane];
+    stage_slab(acc, s, slab);
+    for (uint m = 0; m < 4u; ++m) {
+      const uint r = 2u * m + lane / 16u, t = t0 + 8u * s + r;
+      const float v = silu(slab[r * STAGING_LD + c]) * slab[r * STAGING_LD + 16u + c];
       if (t < b.count && i < h_ld) dst[ulong(t) * h_ld + i] = as_type<ushort>(half(i < gd.rows ? v : 0.0f));
     }
     slab_done();
   }
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(3) kernel void moe_gate_up_tiled_q4(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                              device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                              device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                              device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
+                              device const uchar* sgb [[buffer(8)]], device const uchar* suw [[buffer(9)]],
+                              device const uchar* sus [[buffer(10)]], device const uchar* sub [[buffer(11)]],
+                              device const uint4* x [[buffer(12)]], device const uint* offsets [[buffer(13)]],
+                              device const uint* entries [[buffer(14)]], device ushort* h [[buffer(15)]],
+                              device ushort* sh [[buffer(16)]], constant MoeTiledParams& p [[buffer(17)]],
+                              device const uint* tiles [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // the gate's and the up's, then the slabs
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg,
+                      ushort(lane), tiles, x_words, staged, row_of, GEMM_TILE_TOKENS);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_q4_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
@@ -409,11 +423,10 @@ inline void moe_gate_up_q4_tile(
                               device const uint* tiles [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint4 x_words[TILE_WORDS(MOE_SHORT_TILE_TOKENS, GEMM_K)];
-  // The gate's and the up's staged scales, then the epilogue's slabs.
-  threadgroup uint staged[2u * 2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // the gate's and the up's, then the slabs
   threadgroup uint row_of[MOE_SHORT_TILE_TOKENS];
   moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg,
-                      ushort(lane), tiles, x_words, staged, row_of);
+                      ushort(lane), tiles, x_words, staged, row_of, MOE_SHORT_TILE_TOKENS);
 }
 
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
@@ -544,19 +557,19 @@ inline void moe_down_tile(
 }
 
 
-// The `_q4_short` build of moe_down_tiled (as moe_gate_up_tiled_q4_short: Q4_TILE_ROWS output columns
-// of the down projection, 32 per simdgroup read straight into its fragments).
+// The `_q4` builds of moe_down_tiled (as moe_gate_up_tiled_q4: tiles of `tokens` bucket rows by
+// Q4_TILE_ROWS output columns of the down projection, 32 per simdgroup read straight into its fragments).
 inline void moe_down_q4_tile(
     device const uchar* dw, device const uchar* ds, device const uchar* db, device const uchar* sdw,
     device const uchar* sds, device const uchar* sdb, device const uint4* h, device const uint4* sh,
     device const uint* offsets, device const uint* entries, device const float* weights,
     device const float* gate_logit, device float* y, device float* ys, constant MoeTiledParams& p, uint3 group,
     uint tid, uint sg, ushort lane, threadgroup uint4* x_words, threadgroup uint* staged, device const uint* tiles,
-    threadgroup uint* row_of, threadgroup float* factor) {
+    threadgroup uint* row_of, threadgroup float* factor, uint tokens) {
   if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
   const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint tokens = MOE_SHORT_TILE_TOKENS, t0 = tokens * (tile & 0xffffu), c0 = Q4_TILE_ROWS * group.x;
+  const uint t0 = tokens * (tile & 0xffffu), c0 = Q4_TILE_ROWS * group.x;
   if (t0 >= b.count || c0 >= p.hidden) return;  // the whole threadgroup: past the bucket or the rows
 
   const WeightDesc dd = pick_expert_weight(p.down, p.sdown, b.shared);
@@ -575,24 +588,25 @@ inline void moe_down_q4_tile(
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
   const uint r0 = c0 + 32u * sg;  // the simdgroup's output columns: 4 blocks of 8 rows of down
-  simdgroup_float8x8 acc[16];
-  for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  simdgroup_float8x8 acc[4u * GEMM_TILE_TOKENS / 8u];  // acc[4i + j]: token block i, row block j
+  for (uint i = 0; i < 4u * tokens / 8u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
   ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
   simdgroup_q4_block q[4];
-  q4_load_blocks(q, dd, data, r0, 0u, lane);
+  q4_load_blocks(q, dd, data, r0, 0u, 4u, lane);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
-    if (slot == 0u) stage_q4_scales(dd, scales, biases, c0, step, staged, tid, GEMM_THREADS);
+    if (slot == 0u) stage_q4_scales(dd, scales, biases, c0, Q4_TILE_ROWS, step, staged, tid, GEMM_THREADS);
     store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, dd.cols - GEMM_K);
     xr = fetch_activations(src, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
     simdgroup_q4_block qn[4];
-    q4_load_blocks(qn, dd, data, r0, next, lane);
-    q4_products(xt, q, staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg), tokens / 8u, lane, acc);
+    q4_load_blocks(qn, dd, data, r0, next, 4u, lane);
+    threadgroup const uint* sb = staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg);
+    q4_products(xt, q, sb, sb + 32u, tokens / 8u, lane, acc);
     for (uint j = 0; j < 4u; ++j) q[j] = qn[j];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
@@ -612,6 +626,25 @@ inline void moe_down_q4_tile(
   }
 }
 
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(3) kernel void moe_down_tiled_q4(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
+                           device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
+                           device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
+                           device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
+                           device const uint* offsets [[buffer(8)]], device const uint* entries [[buffer(9)]],
+                           device const float* weights [[buffer(10)]], device const float* gate_logit [[buffer(11)]],
+                           device float* y [[buffer(12)]], device float* ys [[buffer(13)]],
+                           constant MoeTiledParams& p [[buffer(14)]], device const uint* tiles [[buffer(15)]],
+                           uint3 group [[threadgroup_position_in_grid]],
+                           uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  threadgroup float factor[GEMM_TILE_TOKENS];
+  moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
+                   ushort(lane), x_words, staged, tiles, row_of, factor, GEMM_TILE_TOKENS);
+}
+
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_q4_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                            device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
                            device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
@@ -628,7 +661,7 @@ inline void moe_down_q4_tile(
   threadgroup uint row_of[MOE_SHORT_TILE_TOKENS];
   threadgroup float factor[MOE_SHORT_TILE_TOKENS];
   moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
-                   ushort(lane), x_words, staged, tiles, row_of, factor);
+                   ushort(lane), x_words, staged, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS);
 }
 
 // out[t, c] = Σ_s y[positions[t·k + s], c] in slot order, then + ys[t, c] with the shared expert (the

@@ -245,11 +245,13 @@ struct MoeParams {
 // The affine tiled MoE kernels' `_short` build: tiles of MOE_SHORT_TILE_TOKENS bucket rows, for chunks
 // of at most that many (token, slot) entries per expert on average (512 tokens x 8 / 256 experts = 16).
 #define MOE_SHORT_TILE_TOKENS 32u
-// The `_q4` builds of the short-tile MoE kernels (MLX 4-bit weights in groups of 64, rows a multiple
+// gemm_q4 and the `_q4` builds of the MoE kernels (MLX 4-bit weights in groups of 64, rows a multiple
 // of 8): threadgroups of GEMM_THREADS take Q4_TILE_ROWS weight rows (32 per simdgroup, read straight into
-// its fragments: simdgroup_q4_load) and MOE_SHORT_TILE_TOKENS bucket rows; the rows' scales and biases
-// are staged Q4_SCALE_GROUPS groups at a time.
+// its fragments: simdgroup_q4_load), or Q4_GATE_UP_TILE_ROWS rows of both the gate and the up (16 of each
+// per simdgroup), and GEMM_TILE_TOKENS tokens (MOE_SHORT_TILE_TOKENS bucket rows for the `_q4_short`
+// builds); the rows' scales and biases are staged Q4_SCALE_GROUPS groups at a time.
 #define Q4_TILE_ROWS 128u
+#define Q4_GATE_UP_TILE_ROWS 64u
 #define Q4_SCALE_GROUPS 8u
 // moe_tile_list: one threadgroup of MOE_TILE_LIST_THREADS, MOE_TILE_LIST_PER_THREAD buckets per thread.
 #define MOE_TILE_LIST_THREADS 512

@@ -417,13 +417,14 @@ inline void store_activations_q4(thread const ActivationRuns& a, threadgroup hal
 }
 
 // The scales and biases of groups g0 .. g0+Q4_SCALE_GROUPS-1 (clamped to the row's last) of weight rows
-// row0 .. row0+Q4_TILE_ROWS-1 (clamped to rows-1) into the words staged[2 (slot · Q4_TILE_ROWS + r)]
-// (the scale) and the one after it (the bias), slot = g - g0, each as a half in both halves of its
-// word. Consecutive threads take one row's consecutive groups (a few cache lines per warp).
+// row0 .. row0+count-1 (clamped to rows-1; count at most Q4_TILE_ROWS) into the words
+// staged[2 (slot · Q4_TILE_ROWS + r)] (the scale) and the one after it (the bias), slot = g - g0, each
+// as a half in both halves of its word. Consecutive threads take one row's consecutive groups (a few
+// cache lines per warp).
 inline void stage_q4_scales(thread const WeightDesc& w, device const uchar* scales, device const uchar* biases, uint row0,
-                            uint g0, threadgroup uint* staged, uint tid, uint threads) {
+                            uint count, uint g0, threadgroup uint* staged, uint tid, uint threads) {
   const uint groups = w.cols / 64u;
-  for (uint f = tid; f < Q4_TILE_ROWS * Q4_SCALE_GROUPS; f += threads) {
+  for (uint f = tid; f < count * Q4_SCALE_GROUPS; f += threads) {
     const uint r = f / Q4_SCALE_GROUPS, slot = f % Q4_SCALE_GROUPS;
     const ulong row = ulong(min(row0 + r, w.rows - 1u));
     const uint g = min(g0 + slot, groups - 1u);
@@ -440,20 +441,24 @@ inline device const uchar* q4_block_rows(thread const WeightDesc& w, device cons
   return data + ulong(min(row, w.rows - 8u)) * w.row_bytes;
 }
 
-// The simdgroup's 4 row blocks of 8 rows from row r0 (q4_block_rows), columns k0 .. k0+63, into q.
+// `blocks` row blocks of 8 rows from row r0 (q4_block_rows), columns k0 .. k0+63, into q.
 inline void q4_load_blocks(thread simdgroup_q4_block* q, thread const WeightDesc& w, device const uchar* data, uint r0, uint k0,
-                           ushort lane) {
-  for (uint j = 0; j < 4u; ++j) simdgroup_q4_load(q[j], q4_block_rows(w, data, r0 + 8u * j), w.row_bytes, k0, lane);
+                           uint blocks, ushort lane) {
+  for (uint j = 0; j < blocks; ++j) simdgroup_q4_load(q[j], q4_block_rows(w, data, r0 + 8u * j), w.row_bytes, k0, lane);
 }
 
 // acc[4i + j] += A_i · B_j over one 64-column step, for the token blocks i < token_blocks (even) of
-// `xt` (stored in q4_fragment_column order) and the simdgroup's 4 row blocks j of q (scale_bias: their
-// 32 rows' staged pairs); per 16 columns, the 4 row blocks' fragments, then per pair of token blocks
-// their A fragments in one load and 4 products of 16x16 by 16x8 (k in q4_fragment_column order).
-inline void q4_products(threadgroup const half* xt, thread const simdgroup_q4_block* q, threadgroup const uint* scale_bias,
-                        uint token_blocks, ushort lane, thread simdgroup_float8x8* acc) {
+// `xt` (stored in q4_fragment_column order) and the simdgroup's 4 row blocks j of q (scale_bias_01 and
+// scale_bias_23: the staged pairs of blocks 0-1's and 2-3's 16 rows, which may be of two matrices);
+// per 16 columns, the 4 row blocks' fragments, then per pair of token blocks their A fragments in one
+// load and 4 products of 16x16 by 16x8 (k in q4_fragment_column order).
+inline void q4_products(threadgroup const half* xt, thread const simdgroup_q4_block* q, threadgroup const uint* scale_bias_01,
+                        threadgroup const uint* scale_bias_23, uint token_blocks, ushort lane, thread simdgroup_float8x8* acc) {
   simdgroup_q4_scales s[4];
-  for (uint j = 0; j < 4u; ++j) simdgroup_q4_scales_load(s[j], scale_bias + 16u * j, lane);
+  for (uint j = 0; j < 2u; ++j) {
+    simdgroup_q4_scales_load(s[j], scale_bias_01 + 16u * j, lane);
+    simdgroup_q4_scales_load(s[2u + j], scale_bias_23 + 16u * j, lane);
+  }
   // Not unrolled: unrolled, CUDA's gate/up build holds about 230 registers instead of 160 (sm_90).
 #pragma unroll 1
   for (uint block = 0; block < 4u; ++block) {

@@ -157,9 +157,12 @@ void add_moe_cases(Cases& all) {
                      TiledMoe{"q8", 16, DType::F16, 40, true, "route", 80, 48, 16},
                      TiledMoe{"q4", 64, DType::BF16, 200, true, "mixed", 64, 64, 32, 300},
                      // Groups of 64 throughout: the _q4_short builds (ragged row tiles of 128; a hidden
-                     // size of 9 groups, two rounds of staged scales).
+                     // size of 9 groups, two rounds of staged scales), then the _q4 builds (more than 32
+                     // entries per expert on average; a bucket of every token, over 4 tiles of 64).
                      TiledMoe{"q4", 64, DType::BF16, 40, true, "route", 576, 64, 64, 6, 64},
-                     TiledMoe{"q4", 64, DType::F16, 65, false, "mixed", 128, 192, 32, 6, 64}})
+                     TiledMoe{"q4", 64, DType::F16, 65, false, "mixed", 128, 192, 32, 6, 64},
+                     TiledMoe{"q4", 64, DType::BF16, 230, true, "route", 576, 192, 64, 6, 64},
+                     TiledMoe{"q4", 64, DType::F16, 150, false, "mixed", 320, 128, 32, 6, 64}})
     add("moe_experts tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.shared ? " + shared" : "") + " " + m.routing + (m.hidden != 64 ? " " + std::to_string(m.hidden) + "x" + std::to_string(m.inter) : "") +
             (m.experts != 6 ? " " + std::to_string(m.experts) + " experts" : ""),
@@ -203,12 +206,12 @@ void add_moe_cases(Cases& all) {
             shg = {SG.gpu.get(), SU.gpu.get(), SD.gpu.get(), View(gl.gpu.get()), 0.7f};
           }
           // The affine build for MLX 4- and 8-bit weights (its short-tile build when the buckets average at
-          // most MOE_SHORT_TILE_TOKENS rows; `_q4_short` for 4-bit groups of 64 throughout, rows a multiple
-          // of 8), the build for every format otherwise.
+          // most MOE_SHORT_TILE_TOKENS rows; `_q4` and `_q4_short` for 4-bit groups of 64 throughout, rows
+          // a multiple of 8), the build for every format otherwise.
           const bool affine = m.fmt == "q4" || m.fmt == "q8", short_tiles = affine && m.n * K <= int(MOE_SHORT_TILE_TOKENS) * E;
-          const bool q4_tiles = short_tiles && m.fmt == "q4" && group == 64 && small_group == 64 && I % 8 == 0 &&
-                                H % 8 == 0 && (!m.shared || SI % 8 == 0) && m.scale != DType::F32;
-          const auto build = q4_tiles      ? gpu::kernels::moe_down_tiled_q4_short::id
+          const bool q4_tiles = m.fmt == "q4" && group == 64 && small_group == 64 && I % 8 == 0 && H % 8 == 0 &&
+                                (!m.shared || SI % 8 == 0) && m.scale != DType::F32;
+          const auto build = q4_tiles      ? (short_tiles ? gpu::kernels::moe_down_tiled_q4_short::id : gpu::kernels::moe_down_tiled_q4::id)
                              : short_tiles ? gpu::kernels::moe_down_tiled_affine_short::id
                              : affine    ? gpu::kernels::moe_down_tiled_affine::id
                                          : gpu::kernels::moe_down_tiled::id;
@@ -220,7 +223,7 @@ void add_moe_cases(Cases& all) {
                             View(out.gpu.get()), shg);
           if (c.launches(build) != before + 1)
             throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run the tiled expert kernels (" +
-                          (q4_tiles ? "4-bit short-tile" : short_tiles ? "affine short-tile" : affine ? "affine" : "every-format") + " build)");
+                          (q4_tiles ? (short_tiles ? "4-bit short-tile" : "4-bit") : short_tiles ? "affine short-tile" : affine ? "affine" : "every-format") + " build)");
           if (c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
             throw Failure("the tiled expert kernels did not read x rounded to half once");
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
@@ -238,7 +241,8 @@ void add_moe_cases(Cases& all) {
     Pair out = c.zeros(size_t(n) * H);
     auto tiled = [&c] {
       return c.launches(gpu::kernels::moe_down_tiled::id) + c.launches(gpu::kernels::moe_down_tiled_affine::id) +
-             c.launches(gpu::kernels::moe_down_tiled_affine_short::id) + c.launches(gpu::kernels::moe_down_tiled_q4_short::id);
+             c.launches(gpu::kernels::moe_down_tiled_affine_short::id) + c.launches(gpu::kernels::moe_down_tiled_q4_short::id) +
+             c.launches(gpu::kernels::moe_down_tiled_q4::id);
     };
     const uint64_t before = tiled();
     c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,

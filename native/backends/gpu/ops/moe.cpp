@@ -78,12 +78,15 @@ static_assert(k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_affine::x && k::mo
                   k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_q4_short::x &&
                   k::moe_gate_up_tiled::p == k::moe_gate_up_tiled_q4_short::p &&
                   k::moe_down_tiled::ys == k::moe_down_tiled_q4_short::ys &&
-                  k::moe_down_tiled::p == k::moe_down_tiled_q4_short::p,
+                  k::moe_down_tiled::p == k::moe_down_tiled_q4_short::p &&
+                  k::moe_gate_up_tiled::x == k::moe_gate_up_tiled_q4::x && k::moe_gate_up_tiled::p == k::moe_gate_up_tiled_q4::p &&
+                  k::moe_down_tiled::ys == k::moe_down_tiled_q4::ys && k::moe_down_tiled::p == k::moe_down_tiled_q4::p,
               "the tiled MoE kernels' builds: the same buffer indices");
-static_assert(Q4_TILE_ROWS == 4 * 32 && MOE_SHORT_TILE_TOKENS == 32 &&
-                  4 * 2 * 8 * (32 + GEMM_OUT_PAD) <= 2 * Q4_SCALE_GROUPS * Q4_TILE_ROWS * 2 &&
+static_assert(Q4_TILE_ROWS == 4 * 32 && Q4_GATE_UP_TILE_ROWS == 4 * 16 && 2 * Q4_GATE_UP_TILE_ROWS == Q4_TILE_ROWS &&
+                  MOE_SHORT_TILE_TOKENS == 32 && GEMM_TILE_TOKENS == 64 &&
                   4 * 8 * (32 + GEMM_OUT_PAD) <= Q4_SCALE_GROUPS * Q4_TILE_ROWS * 2,
-              "the _q4_short builds: 4 simdgroups of 32 rows by 32 tokens, their slabs (floats) in the staged scales");
+              "the _q4 builds: 4 simdgroups of 32 rows (16 gate and 16 up rows) by 32 or 64 tokens, the gate's and "
+              "the up's scales in one staging of Q4_TILE_ROWS rows, their slabs (floats) in the staged scales");
 static_assert(MOE_SHORT_TILE_TOKENS % 32 == 0 && MOE_SHORT_TILE_TOKENS <= GEMM_TILE_TOKENS &&
                   MOE_SHORT_TILE_TOKENS * GEMM_K / 8 % GEMM_THREADS == 0,
               "short MoE tiles: 2x2 simdgroups of whole 16x16 products, whole activation runs per thread");
@@ -154,19 +157,20 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   const bool only_affine = affine(G.desc) && affine(U.desc) && affine(D.desc) &&
                            (!shared.gate || (affine(p.sgate) && affine(p.sup) && affine(p.sdown)));
   const bool short_tiles = only_affine && size_t(n) * size_t(top_k) <= size_t(MOE_SHORT_TILE_TOKENS) * p.experts;
-  // Short tiles of MLX 4-bit weights in groups of 64 read them straight into the matrix units'
-  // fragments (the `_q4_short` builds).
-  const bool q4_tiles = short_tiles && q4_tiles_take(G) && q4_tiles_take(U) && q4_tiles_take(D) &&
+  // MLX 4-bit weights in groups of 64 are read straight into the matrix units' fragments (the `_q4`
+  // builds).
+  const bool q4_tiles = q4_tiles_take(G) && q4_tiles_take(U) && q4_tiles_take(D) &&
                         (!shared.gate || (q4_tiles_take(*SG) && q4_tiles_take(*SU) && q4_tiles_take(*SD)));
-  const k::Id gate_up_id = q4_tiles      ? k::moe_gate_up_tiled_q4_short::id
+  const k::Id gate_up_id = q4_tiles      ? (short_tiles ? k::moe_gate_up_tiled_q4_short::id : k::moe_gate_up_tiled_q4::id)
                            : short_tiles ? k::moe_gate_up_tiled_affine_short::id
                            : only_affine ? k::moe_gate_up_tiled_affine::id
                                          : k::moe_gate_up_tiled::id;
-  const k::Id down_id = q4_tiles      ? k::moe_down_tiled_q4_short::id
+  const k::Id down_id = q4_tiles      ? (short_tiles ? k::moe_down_tiled_q4_short::id : k::moe_down_tiled_q4::id)
                         : short_tiles ? k::moe_down_tiled_affine_short::id
                         : only_affine ? k::moe_down_tiled_affine::id
                                       : k::moe_down_tiled::id;
-  const uint32_t tile_rows = q4_tiles ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
+  const uint32_t gate_up_rows = q4_tiles ? Q4_GATE_UP_TILE_ROWS : GEMM_TILE_ROWS;
+  const uint32_t down_rows = q4_tiles ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
   // The buckets' tiles listed on the device; the launches cover the most a routing can give.
   p.tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
   const uint32_t max_tiles =
@@ -182,7 +186,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .buf(gu::suw, SU->data.get()).buf(gu::sus, SU->scales.get()).buf(gu::sub, SU->biases.get()).buf(gu::x, xh)
       .buf(gu::offsets, moe_offsets_.get()).buf(gu::entries, moe_entries_.get()).buf(gu::h, moe_h_.get())
       .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p).buf(gu::tiles, moe_tiles_.get())
-      .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), tile_rows), max_tiles).threads(GEMM_THREADS).run();
+      .grid(ceil_div(std::max(G.desc.rows, p.sgate.rows), gate_up_rows), max_tiles).threads(GEMM_THREADS).run();
 
   namespace dn = k::moe_down_tiled;
   Call(*this, down_id).buf(dn::dw, D.data.get()).buf(dn::ds, D.scales.get()).buf(dn::db, D.biases.get())
@@ -191,7 +195,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .buf(dn::entries, moe_entries_.get()).buf(dn::weights, weights)
       .opt(dn::gate_logit, shared.gate ? shared.gate_logit : View()).buf(dn::y, moe_y_.get())
       .buf(dn::ys, moe_shared_y_.get()).params(dn::p, p).buf(dn::tiles, moe_tiles_.get())
-      .grid(ceil_div(p.hidden, tile_rows), max_tiles).threads(GEMM_THREADS).run();
+      .grid(ceil_div(p.hidden, down_rows), max_tiles).threads(GEMM_THREADS).run();
 
   namespace cb = k::moe_combine;
   Call(*this, cb::id).buf(cb::y, moe_y_.get()).buf(cb::ys, moe_shared_y_.get()).buf(cb::positions, moe_positions_.get())
