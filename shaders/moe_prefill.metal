@@ -411,7 +411,7 @@ inline void moe_gate_up_q4_tile(
                       ushort(lane), tiles, x_words, staged, row_of, GEMM_TILE_TOKENS);
 }
 
-[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_gate_up_tiled_q4_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(5) kernel void moe_gate_up_tiled_q4_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
                               device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
                               device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
                               device const uchar* sgw [[buffer(6)]], device const uchar* sgs [[buffer(7)]],
@@ -645,7 +645,7 @@ inline void moe_down_q4_tile(
                    ushort(lane), x_words, staged, tiles, row_of, factor, GEMM_TILE_TOKENS);
 }
 
-[[max_total_threads_per_threadgroup(GEMM_THREADS)]] kernel void moe_down_tiled_q4_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(5) kernel void moe_down_tiled_q4_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
                            device const uchar* db [[buffer(2)]], device const uchar* sdw [[buffer(3)]],
                            device const uchar* sds [[buffer(4)]], device const uchar* sdb [[buffer(5)]],
                            device const uint4* h [[buffer(6)]], device const uint4* sh [[buffer(7)]],
