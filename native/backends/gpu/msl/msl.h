@@ -396,6 +396,12 @@ MSL_FN size_t element_index(uint r, uint c, ulong elements_per_row, ulong2 origi
   return transpose ? size_t((origin.y + c) * elements_per_row + origin.x + r)
                    : size_t((origin.y + r) * elements_per_row + origin.x + c);
 }
+// (a & mask) | bits in one lop3: written as C, nvcc emits two (its immediate operands do not fit one).
+MSL_FN uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+  return d;
+}
 }  // namespace simdgroup_detail
 
 template <class T, int Rows, int Cols>
@@ -532,7 +538,8 @@ MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1
                                     const simdgroup_q4_scales& sb, ushort lane) {
   // fragments 2 block and 2 block + 1: nibbles 2 (block % 2) and the next of each 16-bit half of a word
   const uint word = (block < 2u ? q.v.x : q.v.y) >> (8u * (block & 1u));
-  const uint pair0 = (word & 0x000F000Fu) | 0x64006400u, pair1 = (word & 0x00F000F0u) | 0x54005400u;
+  const uint pair0 = simdgroup_detail::and_or(word, 0x000F000Fu, 0x64006400u);
+  const uint pair1 = simdgroup_detail::and_or(word, 0x00F000F0u, 0x54005400u);
   const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
   const __half2 k64 = __halves2half2(__ushort_as_half(0x5400u), __ushort_as_half(0x5400u));
   const __half2 s = reinterpret_cast<const __half2&>(sb.v.x), b = reinterpret_cast<const __half2&>(sb.v.y);
