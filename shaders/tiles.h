@@ -403,16 +403,17 @@ inline void slab_done() { simdgroup_barrier(mem_flags::mem_threadgroup); }
 inline uint q4_fragment_position(uint p) { return 8u * (p % 4u) + 32u * (p % 16u / 8u) + 2u * (p / 16u) + p / 4u % 2u; }
 
 // The fetched activation runs stored in q4_fragment_column order: of a run's 8 columns p0 .. p0+7,
-// columns p0 + r and p0 + r + 4 (r < 4) are adjacent there, one word each.
+// columns p0 + r and p0 + r + 4 (r < 4) are adjacent there, one word each, and for p0 a multiple of 8
+// (every run) that word is q4_fragment_position(p0) / 2 + 4r: one address per run.
 inline void store_activations_q4(thread const ActivationRuns& a, threadgroup half* tile, uint runs, uint tid, uint threads) {
   for (uint i = 0; i < runs; ++i) {
-    threadgroup uint* row = (threadgroup uint*)(tile + run_row(tid, threads, i, GEMM_K) * TILE_LD(GEMM_K));
-    const uint p0 = run_column(tid, threads, i, GEMM_K);
+    threadgroup uint* w = (threadgroup uint*)(tile + run_row(tid, threads, i, GEMM_K) * TILE_LD(GEMM_K)) +
+                          q4_fragment_position(run_column(tid, threads, i, GEMM_K)) / 2u;
     const uint4 v = a.run[i];  // columns p0 + 2w and p0 + 2w + 1 in word w
-    row[q4_fragment_position(p0) / 2u] = (v.x & 0xffffu) | (v.z << 16u);
-    row[q4_fragment_position(p0 + 1u) / 2u] = (v.x >> 16u) | (v.z & 0xffff0000u);
-    row[q4_fragment_position(p0 + 2u) / 2u] = (v.y & 0xffffu) | (v.w << 16u);
-    row[q4_fragment_position(p0 + 3u) / 2u] = (v.y >> 16u) | (v.w & 0xffff0000u);
+    w[0] = (v.x & 0xffffu) | (v.z << 16u);
+    w[4] = (v.x >> 16u) | (v.z & 0xffff0000u);
+    w[8] = (v.y & 0xffffu) | (v.w << 16u);
+    w[12] = (v.y >> 16u) | (v.w & 0xffff0000u);
   }
 }
 

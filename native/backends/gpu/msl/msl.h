@@ -536,8 +536,10 @@ MSL_FN void simdgroup_q4_scales_load(simdgroup_q4_scales& s, const uint* scale_b
 }
 MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1, const simdgroup_q4_block& q, uint block,
                                     const simdgroup_q4_scales& sb, ushort lane) {
-  // fragments 2 block and 2 block + 1: nibbles 2 (block % 2) and the next of each 16-bit half of a word
-  const uint word = (block < 2u ? q.v.x : q.v.y) >> (8u * (block & 1u));
+  // fragments 2 block and 2 block + 1: nibbles 2 (block % 2) and the next of each 16-bit half of a word,
+  // its bytes block % 2 and 2 + block % 2 moved to bytes 0 and 2 by one byte permutation
+  const uint byte = 4u * (block >> 1) + (block & 1u);
+  const uint word = __byte_perm(q.v.x, q.v.y, byte | ((byte + 2u) << 8));
   const uint pair0 = simdgroup_detail::and_or(word, 0x000F000Fu, 0x64006400u);
   const uint pair1 = simdgroup_detail::and_or(word, 0x00F000F0u, 0x54005400u);
   const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
