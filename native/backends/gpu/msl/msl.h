@@ -520,8 +520,8 @@ MSL_FN void simdgroup_multiply_accumulate_16x16(simdgroup_float8x8& d0, simdgrou
 // bytes 8 (l % 4) .. +7 of the step, its columns 16 (l % 4) .. +15, which are the B-operand elements
 // of every fragment of that row (q4_fragment_column). A pair of them is one masked word under the
 // exponent of half's 1024 (low nibbles: 1024 + v exactly) or of 64 (high nibbles: 64 + v), so two
-// weights cost one lop3, a subtraction and a fused multiply-add, plus a shift per four in odd k
-// blocks, and neither shuffles nor threadgroup memory.
+// weights cost one lop3, a subtraction and a fused multiply-add, plus a byte permutation per four,
+// and neither shuffles nor threadgroup memory.
 struct simdgroup_q4_block {
   uint2 v;
 };
