@@ -47,28 +47,47 @@ using namespace metal;
 // Split-K attention (flash-decoding) of the `group` query heads sharing KV head `kvh`, for token t0 + t:
 // threadgroup `s` walks the key positions [s·span, (s+1)·span) ∩ [0, pos0 + t0 + t] in blocks of
 // ATTN_SPLIT_BLOCK with an online softmax (running maximum and sum, the accumulator rescaled as the
-// maximum moves). grid (splits, kv_heads, n), REDUCE_THREADS threads.
+// maximum moves). grid (splits, kv_heads, n), REDUCE_THREADS threads. Two builds by the largest group
+// they take (their accumulators are 4 floats per head of it): attention_partial up to
+// ATTN_PARTIAL_GROUP heads per KV head, attention_partial_wide up to ATTN_MAX_GROUP.
 //  - Scores: simdgroup sg of SG takes keys sg and sg + SG of a block, its lanes one float4 of the K row each;
-//    each K row is read once and dotted with all G query heads (from threadgroup memory).
+//    each K row is read once and dotted with all G query heads (from threadgroup memory). The lanes'
+//    2 · max_group partial dots are summed across the simdgroup together (score_sums), not one by one.
 //  - Softmax: thread (g, b) owns head g's score of key b: block maximum, new running maximum, weight.
 //  - PV: thread (kl, c) owns the float4 c of the V rows kl, kl + KL, ... of the block for all G heads,
 //    so each V row is read once, coalesced, for the whole group.
-//  Each thread's K and V loads of a block are issued together, before the first use.
+//  A block's V rows are loaded before its scores are taken, the next block's K rows right after, so that
+//  loads are in flight during the arithmetic.
 // One split (splits == 1): the output (times sigmoid(gate) when p.gated) and lse[t, h] are written here;
 // otherwise the split's maximum m, Σ e^(s−m) and Σ e^(s−m)·v go to part_ml [n, heads, splits, 2] and
 // part_o [n, heads, splits, D] for attention_combine (a split wholly in the token's future: m = −∞).
-[[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_partial(device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]],
-                              device const float* v_cache [[buffer(2)]], device float* part_ml [[buffer(3)]],
-                              device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
-                              device float* lse [[buffer(6)]], device const float* gate [[buffer(7)]],
-                              constant AttentionParams& p [[buffer(8)]],
-                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float qs[ATTN_MAX_QUERY_FLOATS];  // the scaled queries; at the end, the summed accumulators
-  threadgroup float score[ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK];   // at the end, each (g, b)'s running sum
-  threadgroup float weight[ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK];
-  threadgroup float rescale[ATTN_MAX_GROUP];  // at the end, each head's maximum
 
+// The sums over the simdgroup of each of the lanes' `count` values d[0 .. count-1] (count = 16 or 32, a
+// power of two): at each step a lane keeps half of its values and adds the other lane's copies of them
+// (count - 1 shuffles in all, against 5 per value for simd_sum). Lane l ends with the sum of value
+// l >> (5 - log2 count) in d[0].
+inline void score_sums(thread float* d, uint count, uint lane) {
+  uint n = count;
+  for (uint w = 16u; w >= 1u; w /= 2u) {
+    if (n > 1u) {
+      n /= 2u;
+      const bool upper = (lane & w) != 0u;
+      for (uint j = 0; j < n; ++j) {
+        const float send = upper ? d[j] : d[j + n], keep = upper ? d[j + n] : d[j];
+        d[j] = keep + simd_shuffle_xor(send, ushort(w));
+      }
+    } else {
+      d[0] += simd_shuffle_xor(d[0], ushort(w));
+    }
+  }
+}
+
+inline void attention_partial_span(device const float* q, device const float* k_cache, device const float* v_cache,
+                                   device float* part_ml, device float* part_o, device float* out, device float* lse,
+                                   device const float* gate, constant AttentionParams& p, uint3 group, uint tid, uint sg,
+                                   uint lane, threadgroup float4* qs4, threadgroup float* score, threadgroup float* weight,
+                                   threadgroup float* rescale, thread float* acc, thread float* d, uint max_group) {
+  threadgroup float* qs = (threadgroup float*)qs4;  // the scaled queries; at the end, the summed accumulators
   const uint s = group.x, kvh = group.y, t = group.z, B = ATTN_SPLIT_BLOCK, SG = REDUCE_THREADS / 32u;
   const uint D = p.head_dim, Q4 = D / 4u, G = p.heads / p.kv_heads, kv_width = p.kv_heads * D;
   const uint tc = p.t0 + t, len = p.pos0 + tc + 1u;
@@ -88,41 +107,55 @@ using namespace metal;
   // The softmax thread (pg, pb) and the PV thread (kl, c); KL key lanes of Q4 threads each.
   const uint pg = tid / B, pb = tid % B;
   const uint KL = min(REDUCE_THREADS / Q4, B), c = tid % Q4, kl = tid / Q4;
+  const uint sums = ATTN_SPLIT_KEYS_PER_SIMDGROUP * max_group, shift = sums == 16u ? 1u : 0u;
   float m_run = -INFINITY, l_run = 0.0f;
-  float acc[4u * ATTN_MAX_GROUP];  // head g's float4 c at 4g .. 4g+3 (no vector arithmetic in the subset)
-  for (uint i = 0; i < 4u * ATTN_MAX_GROUP; ++i) acc[i] = 0.0f;
+  for (uint i = 0; i < 4u * max_group; ++i) acc[i] = 0.0f;
   device const float4* k4 = (device const float4*)(k_cache + kvh * D);
   device const float4* v4 = (device const float4*)(v_cache + kvh * D);
   const uint row4 = kv_width / 4u;
   threadgroup_barrier(mem_flags::mem_threadgroup);
 
+  // This simdgroup's K rows of a block (rows clamped to the span's last).
+  float4 kr[ATTN_SPLIT_KEYS_PER_SIMDGROUP][ATTN_SPLIT_MAX_HEAD_DIM / 128u];
+  for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r)
+    for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
+      const float4 k = k4[ulong(min(k0 + sg + SG * r, k1 - 1u)) * row4 + min(lane + 32u * i, Q4 - 1u)];
+      kr[r][i] = k;
+    }
   for (uint j0 = k0; j0 < k1; j0 += B) {
-    // Loads: this simdgroup's K rows, this thread's V float4s (rows clamped to the span's last).
-    float4 kr[ATTN_SPLIT_KEYS_PER_SIMDGROUP][ATTN_SPLIT_MAX_HEAD_DIM / 128u];
-    for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r)
+    // d[r · max_group + g]: this lane's share of head g's score of key sg + SG·r.
+    for (uint g = 0; g < max_group; ++g) {
+      float4 qv[ATTN_SPLIT_MAX_HEAD_DIM / 128u];
       for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
-        const float4 k = k4[ulong(min(j0 + sg + SG * r, k1 - 1u)) * row4 + min(lane + 32u * i, Q4 - 1u)];
-        kr[r][i] = k;
+        const float4 qq = qs4[min(g, G - 1u) * Q4 + min(lane + 32u * i, Q4 - 1u)];
+        qv[i] = qq;
       }
-    float4 vv[ATTN_SPLIT_KEYS_PER_THREAD];
+      for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r) {
+        float dot = 0.0f;
+        for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
+          const float d4 = qv[i].x * kr[r][i].x + qv[i].y * kr[r][i].y + qv[i].z * kr[r][i].z + qv[i].w * kr[r][i].w;
+          dot += lane + 32u * i < Q4 ? d4 : 0.0f;
+        }
+        d[r * max_group + g] = g < G ? dot : 0.0f;
+      }
+    }
+    for (uint v = 0; v < sums; ++v) {
+      const float sum = simd_sum(d[v]);
+      const uint r = v / max_group, g = v % max_group, b = sg + SG * r;
+      if (lane == 0u && g < G) score[g * B + b] = j0 + b < k1 ? sum : -INFINITY;
+    }
+    float4 vv[ATTN_SPLIT_KEYS_PER_THREAD];  // this thread's V float4s of the block
     for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_THREAD; ++r) {
       const float4 v = v4[ulong(min(j0 + min(kl + KL * r, B - 1u), k1 - 1u)) * row4 + c];
       vv[r] = v;
     }
-
-    for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r) {
-      const uint b = sg + SG * r;
-      for (uint g = 0; g < G; ++g) {
-        float dot = 0.0f;
-        for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
-          const uint at = g * D + 4u * min(lane + 32u * i, Q4 - 1u);
-          const float d4 = qs[at] * kr[r][i].x + qs[at + 1u] * kr[r][i].y + qs[at + 2u] * kr[r][i].z + qs[at + 3u] * kr[r][i].w;
-          dot += lane + 32u * i < Q4 ? d4 : 0.0f;
-        }
-        dot = simd_sum(dot);
-        if (lane == 0u) score[g * B + b] = j0 + b < k1 ? dot : -INFINITY;
+    // The next block's K rows (after the last block: its own again, unused), in flight from here on.
+    const uint jn = j0 + B < k1 ? j0 + B : j0;
+    for (uint r = 0; r < ATTN_SPLIT_KEYS_PER_SIMDGROUP; ++r)
+      for (uint i = 0; i < ATTN_SPLIT_MAX_HEAD_DIM / 128u; ++i) {
+        const float4 k = k4[ulong(min(jn + sg + SG * r, k1 - 1u)) * row4 + min(lane + 32u * i, Q4 - 1u)];
+        kr[r][i] = k;
       }
-    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     if (pg < G) {  // key j0 is in the span, so the block's maximum is finite
@@ -136,7 +169,7 @@ using namespace metal;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
-    for (uint g = 0; g < ATTN_MAX_GROUP; ++g) {
+    for (uint g = 0; g < max_group; ++g) {
       if (g < G) {
         const float a = rescale[g];
         float o0 = acc[4u * g] * a, o1 = acc[4u * g + 1u] * a, o2 = acc[4u * g + 2u] * a, o3 = acc[4u * g + 3u] * a;
@@ -163,28 +196,62 @@ using namespace metal;
   }
   for (uint r = 0; r < KL; ++r) {
     if (kl == r)
-      for (uint g = 0; g < ATTN_MAX_GROUP; ++g)
+      for (uint g = 0; g < max_group; ++g)
         if (g < G)
           for (uint e = 0; e < 4u; ++e) qs[g * D + 4u * c + e] = (r == 0u ? 0.0f : qs[g * D + 4u * c + e]) + acc[4u * g + e];
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
 
   for (uint i = tid; i < G * D; i += REDUCE_THREADS) {
-    const uint g = i / D, d = i % D;
+    const uint g = i / D, dd = i % D;
     float l = 0.0f;
     for (uint b = 0; b < B; ++b) l += score[g * B + b];
     if (p.splits == 1u) {
-      const ulong at = (ulong(tc) * p.heads + kvh * G + g) * D + d;
+      const ulong at = (ulong(tc) * p.heads + kvh * G + g) * D + dd;
       out[at] = p.gated != 0u ? qs[i] / l * sigmoid(gate[at]) : qs[i] / l;
-      if (d == 0u) lse[ulong(t) * p.heads + kvh * G + g] = rescale[g] + log(l);
+      if (dd == 0u) lse[ulong(t) * p.heads + kvh * G + g] = rescale[g] + log(l);
     } else {
-      part_o[(part + g * p.splits) * D + d] = qs[i];
-      if (d == 0u) {
+      part_o[(part + g * p.splits) * D + dd] = qs[i];
+      if (dd == 0u) {
         part_ml[(part + g * p.splits) * 2u] = rescale[g];
         part_ml[(part + g * p.splits) * 2u + 1u] = l;
       }
     }
   }
+}
+
+[[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_partial(device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]],
+                              device const float* v_cache [[buffer(2)]], device float* part_ml [[buffer(3)]],
+                              device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
+                              device float* lse [[buffer(6)]], device const float* gate [[buffer(7)]],
+                              constant AttentionParams& p [[buffer(8)]],
+                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float4 qs4[ATTN_MAX_QUERY_FLOATS / 4u];
+  threadgroup float score[ATTN_PARTIAL_GROUP * ATTN_SPLIT_BLOCK];  // at the end, each (g, b)'s running sum
+  threadgroup float weight[ATTN_PARTIAL_GROUP * ATTN_SPLIT_BLOCK];
+  threadgroup float rescale[ATTN_PARTIAL_GROUP];  // at the end, each head's maximum
+  float acc[4u * ATTN_PARTIAL_GROUP];  // head g's float4 c at 4g .. 4g+3 (no vector arithmetic in the subset)
+  float d[ATTN_SPLIT_KEYS_PER_SIMDGROUP * ATTN_PARTIAL_GROUP];
+  attention_partial_span(q, k_cache, v_cache, part_ml, part_o, out, lse, gate, p, group, tid, sg, lane, qs4, score, weight,
+                         rescale, acc, d, ATTN_PARTIAL_GROUP);
+}
+
+[[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_partial_wide(device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]],
+                              device const float* v_cache [[buffer(2)]], device float* part_ml [[buffer(3)]],
+                              device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
+                              device float* lse [[buffer(6)]], device const float* gate [[buffer(7)]],
+                              constant AttentionParams& p [[buffer(8)]],
+                              uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float4 qs4[ATTN_MAX_QUERY_FLOATS / 4u];
+  threadgroup float score[ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK];
+  threadgroup float weight[ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK];
+  threadgroup float rescale[ATTN_MAX_GROUP];
+  float acc[4u * ATTN_MAX_GROUP];
+  float d[ATTN_SPLIT_KEYS_PER_SIMDGROUP * ATTN_MAX_GROUP];
+  attention_partial_span(q, k_cache, v_cache, part_ml, part_o, out, lse, gate, p, group, tid, sg, lane, qs4, score, weight,
+                         rescale, acc, d, ATTN_MAX_GROUP);
 }
 
 // out[t0 + t, h] = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s, times sigmoid(gate) when p.gated (the

@@ -102,6 +102,9 @@
 // The attention kernels' limits: query heads per KV head, query floats per KV head; attention_probs
 // takes ATTN_CHUNK key positions per threadgroup.
 #define ATTN_MAX_GROUP 16u
+// attention_partial's build for groups up to ATTN_PARTIAL_GROUP (fewer registers: two threadgroups per
+// SM of an H200 instead of one); attention_partial_wide takes the larger ones.
+#define ATTN_PARTIAL_GROUP 8u
 #define ATTN_MAX_QUERY_FLOATS 4096u
 #ifndef ATTN_CHUNK
 #define ATTN_CHUNK 16u

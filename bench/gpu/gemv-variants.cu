@@ -176,6 +176,53 @@ __global__ void gemv_e(Mat m, const float* x, float* y) {
   }
 }
 
+// G: R rows per warp, a 16-byte chunk (32 weights, half a group) per lane and row, so one scale and one
+// bias per chunk; nibbles taken in place under the exponent of 2^23 (a half-word's nibble i is q·16^i
+// there, no shift), against x pre-scaled by 16^-i once per chunk for all R rows: the same products.
+template <int R>
+__global__ void gemv_g(Mat m, const float* x, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
+  if (row0 >= m.rows) return;
+  const int chunks = m.cols / 32, gpr = m.cols / kGroup;
+  float acc[R] = {};
+  for (int c = lane; c < chunks; c += 32) {
+    uint4 q[R];
+    float sc[R], bi[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int row = min(row0 + r, m.rows - 1);
+      q[r] = reinterpret_cast<const uint4*>(m.w + size_t(row) * (m.cols / 2))[c];
+      sc[r] = bf(m.s[size_t(row) * gpr + c / 2]);
+      bi[r] = bf(m.b[size_t(row) * gpr + c / 2]);
+    }
+    float xv[32], xs = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float4 v = reinterpret_cast<const float4*>(x)[c * 8 + k];
+      xv[4 * k] = v.x, xv[4 * k + 1] = v.y * 0.0625f, xv[4 * k + 2] = v.z * 0.00390625f, xv[4 * k + 3] = v.w * 0.000244140625f;
+      xs += v.x + v.y + v.z + v.w;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t ws[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+      float qx = 0;
+#pragma unroll
+      for (int h = 0; h < 8; ++h) {
+        const uint32_t u = ((ws[h / 2] >> (16 * (h % 2))) & 0xffffu) | 0x4B000000u;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qx += (__uint_as_float(u & (0x4B000000u | (15u << (4 * i)))) - 8388608.f) * xv[4 * h + i];
+      }
+      acc[r] += sc[r] * qx + bi[r] * xs;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < m.rows) y[row0 + r] = v;
+  }
+}
+
 struct Shape {
   const char* name;
   int rows, cols;
@@ -255,6 +302,10 @@ int main() {
     bench("E R=2 smem-x", [&](Mat m) { gemv_e<2><<<(M + 7) / 8, 128, shm>>>(m, x, y); });
     bench("E R=4 smem-x", [&](Mat m) { gemv_e<4><<<(M + 15) / 16, 128, shm>>>(m, x, y); });
     bench("E R=4 smem-x 256 thr", [&](Mat m) { gemv_e<4><<<(M + 31) / 32, 256, shm>>>(m, x, y); });
+    bench("G R=1 chunk in place", [&](Mat m) { gemv_g<1><<<(M + 3) / 4, 128>>>(m, x, y); });
+    bench("G R=2 chunk in place", [&](Mat m) { gemv_g<2><<<(M + 7) / 8, 128>>>(m, x, y); });
+    bench("G R=4 chunk in place", [&](Mat m) { gemv_g<4><<<(M + 15) / 16, 128>>>(m, x, y); });
+    bench("G R=2 chunk 256 thr", [&](Mat m) { gemv_g<2><<<(M + 15) / 16, 256>>>(m, x, y); });
     for (Mat& m : mats) cudaFree(const_cast<uint8_t*>(m.w)), cudaFree(const_cast<uint16_t*>(m.s)), cudaFree(const_cast<uint16_t*>(m.b));
     cudaFree(x);
     cudaFree(y);

@@ -98,7 +98,8 @@ void add_attention_cases(Cases& all) {
                                       : a.dim == 64  ? gpu::kernels::attention_prefill_64::id
                                       : a.dim == 128 ? gpu::kernels::attention_prefill_128::id
                                                      : gpu::kernels::attention_prefill_256::id);
-          const size_t split = size_t(gpu::kernels::attention_partial::id);
+          const size_t split = size_t(a.heads / a.kv <= int(ATTN_PARTIAL_GROUP) ? gpu::kernels::attention_partial::id
+                                                                                  : gpu::kernels::attention_partial_wide::id);
           const std::vector<uint64_t>& after = c.gpu.dispatches_by_kernel();
           if ((after[flash] > before[flash]) != tiled || (after[split] > before[split]) == tiled)
             throw Failure(std::string("expected the ") + (tiled ? "flash-attention" : "split-K") + " kernels");
@@ -128,7 +129,8 @@ void add_attention_cases(Cases& all) {
 
   // The split-K kernels over spans sized by the context (attention_split.h): contexts around one block
   // (1, 15, 16, 17), ragged spans (300, several thousand keys), spans ending in or wholly in a token's
-  // causal future (several tokens per launch), GQA groups of 1 and 8, head dims 256 and small ones, the
+  // causal future (several tokens per launch), GQA groups of 1, 8 (attention_partial's largest), 12 and 16
+  // (attention_partial_wide), head dims 256 and small ones, the
   // softmax weights (they read the lse), and prompts of 65 tokens at fp32 (the non-tiled prefill). Exact
   // fp32 arithmetic: the split-K tolerance, 1e-5.
   struct SplitShape {
@@ -140,7 +142,8 @@ void add_attention_cases(Cases& all) {
                        SplitShape{8, 1, 32, 3, 297, true, true, false}, SplitShape{16, 2, 256, 1, 4999, true, false, false},
                        SplitShape{2, 2, 32, 1, 3000, false, false, false}, SplitShape{8, 1, 48, 8, 2000, true, false, false},
                        SplitShape{8, 2, 64, 2, 700, true, true, false}, SplitShape{8, 1, 32, 65, 100, true, false, true},
-                       SplitShape{16, 2, 256, 65, 0, true, false, true}, SplitShape{2, 2, 128, 15, 1000, false, false, false}})
+                       SplitShape{16, 2, 256, 65, 0, true, false, true}, SplitShape{2, 2, 128, 15, 1000, false, false, false},
+                       SplitShape{16, 1, 256, 1, 300, true, false, false}, SplitShape{12, 1, 64, 3, 700, true, true, false}})
     add("attention_split " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
             std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
             (a.f32 ? " fp32" : ""),
@@ -157,7 +160,10 @@ void add_attention_cases(Cases& all) {
           Pair gate = c.floats(c.rng.normals(width, 2.0f));
           const size_t probs_size = size_t(a.heads) * a.n * total;
           Pair probs = c.zeros(probs_size);
-          const uint64_t partial0 = c.launches(gpu::kernels::attention_partial::id);
+          // The build for the group: attention_partial up to ATTN_PARTIAL_GROUP heads per KV head.
+          const gpu::kernels::Id build = a.heads / a.kv <= int(ATTN_PARTIAL_GROUP) ? gpu::kernels::attention_partial::id
+                                                                                    : gpu::kernels::attention_partial_wide::id;
+          const uint64_t partial0 = c.launches(build);
           const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
           if (a.f32) c.gpu.set_precision(gpu::Precision::F32);
           c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
@@ -170,7 +176,7 @@ void add_attention_cases(Cases& all) {
             throw;
           }
           c.gpu.set_precision(gpu::Precision::F16);
-          const uint64_t partials = c.launches(gpu::kernels::attention_partial::id) - partial0;
+          const uint64_t partials = c.launches(build) - partial0;
           const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
           if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
             throw Failure("expected the split-K kernel" + std::string(split.splits > 1 ? " and a combine per launch" : " alone") +

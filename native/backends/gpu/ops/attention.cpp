@@ -32,6 +32,15 @@ static_assert(ATTN_SPLIT_BLOCK == ATTN_SPLIT_KEYS_PER_SIMDGROUP * (REDUCE_THREAD
 static_assert(ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK <= REDUCE_THREADS, "attention_partial: one thread per (head, key) of a block");
 static_assert(ATTN_SPLIT_KEYS_PER_THREAD * (REDUCE_THREADS / (ATTN_SPLIT_MAX_HEAD_DIM / 4)) >= ATTN_SPLIT_BLOCK,
               "attention_partial: the PV threads cover a block's V rows");
+static_assert(ATTN_SPLIT_KEYS_PER_SIMDGROUP * ATTN_PARTIAL_GROUP == 16 && ATTN_SPLIT_KEYS_PER_SIMDGROUP * ATTN_MAX_GROUP == 32 &&
+                  REDUCE_THREADS / 32 * ATTN_SPLIT_KEYS_PER_SIMDGROUP == ATTN_SPLIT_BLOCK,
+              "attention_partial: score_sums takes 16 or 32 values per lane");
+namespace apn = k::attention_partial;
+namespace apw = k::attention_partial_wide;
+static_assert(apn::q == apw::q && apn::k_cache == apw::k_cache && apn::v_cache == apw::v_cache && apn::part_ml == apw::part_ml &&
+                  apn::part_o == apw::part_o && apn::out == apw::out && apn::lse == apw::lse && apn::gate == apw::gate &&
+                  apn::p == apw::p,
+              "attention_partial and attention_partial_wide share their bindings");
 static_assert(ATTN_MAX_SPLITS % REDUCE_THREADS == 0, "attention_combine: each thread reads the same number of splits");
 
 // The flash-attention kernel for a head dimension; false when none is built for it.
@@ -118,7 +127,7 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
     p.n = uint32_t(std::min(block, size_t(n) - t0));
     namespace ap = k::attention_partial;
     const bool one = split.splits == 1;  // the partial kernel writes the output itself
-    Call(*this, ap::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
+    Call(*this, G <= ATTN_PARTIAL_GROUP ? ap::id : apw::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
         .opt(ap::part_ml, one ? View() : View(attn_ml_.get())).opt(ap::part_o, one ? View() : View(attn_o_.get()))
         .opt(ap::out, one ? out : View()).opt(ap::lse, one ? View(attn_lse_.get()) : View())
         .opt(ap::gate, one ? gate : View()).params(ap::p, p).grid(p.splits, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
