@@ -51,36 +51,16 @@ using namespace metal;
 // they take (their accumulators are 4 floats per head of it): attention_partial up to
 // ATTN_PARTIAL_GROUP heads per KV head, attention_partial_wide up to ATTN_MAX_GROUP.
 //  - Scores: simdgroup sg of SG takes keys sg and sg + SG of a block, its lanes one float4 of the K row each;
-//    each K row is read once and dotted with all G query heads (from threadgroup memory). The lanes'
-//    2 · max_group partial dots are summed across the simdgroup together (score_sums), not one by one.
+//    each K row is read once and dotted with all G query heads (from threadgroup memory), simd_sum per
+//    head and key.
 //  - Softmax: thread (g, b) owns head g's score of key b: block maximum, new running maximum, weight.
 //  - PV: thread (kl, c) owns the float4 c of the V rows kl, kl + KL, ... of the block for all G heads,
 //    so each V row is read once, coalesced, for the whole group.
-//  A block's V rows are loaded before its scores are taken, the next block's K rows right after, so that
-//  loads are in flight during the arithmetic.
+//  A block's V rows are loaded once its scores are taken, the next block's K rows right after, so that
+//  both are in flight during the softmax and the V products.
 // One split (splits == 1): the output (times sigmoid(gate) when p.gated) and lse[t, h] are written here;
 // otherwise the split's maximum m, Σ e^(s−m) and Σ e^(s−m)·v go to part_ml [n, heads, splits, 2] and
 // part_o [n, heads, splits, D] for attention_combine (a split wholly in the token's future: m = −∞).
-
-// The sums over the simdgroup of each of the lanes' `count` values d[0 .. count-1] (count = 16 or 32, a
-// power of two): at each step a lane keeps half of its values and adds the other lane's copies of them
-// (count - 1 shuffles in all, against 5 per value for simd_sum). Lane l ends with the sum of value
-// l >> (5 - log2 count) in d[0].
-inline void score_sums(thread float* d, uint count, uint lane) {
-  uint n = count;
-  for (uint w = 16u; w >= 1u; w /= 2u) {
-    if (n > 1u) {
-      n /= 2u;
-      const bool upper = (lane & w) != 0u;
-      for (uint j = 0; j < n; ++j) {
-        const float send = upper ? d[j] : d[j + n], keep = upper ? d[j + n] : d[j];
-        d[j] = keep + simd_shuffle_xor(send, ushort(w));
-      }
-    } else {
-      d[0] += simd_shuffle_xor(d[0], ushort(w));
-    }
-  }
-}
 
 inline void attention_partial_span(device const float* q, device const float* k_cache, device const float* v_cache,
                                    device float* part_ml, device float* part_o, device float* out, device float* lse,
@@ -107,7 +87,7 @@ inline void attention_partial_span(device const float* q, device const float* k_
   // The softmax thread (pg, pb) and the PV thread (kl, c); KL key lanes of Q4 threads each.
   const uint pg = tid / B, pb = tid % B;
   const uint KL = min(REDUCE_THREADS / Q4, B), c = tid % Q4, kl = tid / Q4;
-  const uint sums = ATTN_SPLIT_KEYS_PER_SIMDGROUP * max_group, shift = sums == 16u ? 1u : 0u;
+  const uint sums = ATTN_SPLIT_KEYS_PER_SIMDGROUP * max_group;
   float m_run = -INFINITY, l_run = 0.0f;
   for (uint i = 0; i < 4u * max_group; ++i) acc[i] = 0.0f;
   device const float4* k4 = (device const float4*)(k_cache + kvh * D);

@@ -5,6 +5,11 @@
 
 namespace moelens::gpu_check {
 
+// The split-K build that takes a group of heads / kv query heads per KV head.
+static gpu::kernels::Id split_build(int heads, int kv) {
+  return heads / kv <= int(ATTN_PARTIAL_GROUP) ? gpu::kernels::attention_partial::id : gpu::kernels::attention_partial_wide::id;
+}
+
 void add_attention_cases(Cases& all) {
   const CaseAdder add{all};
 
@@ -98,8 +103,7 @@ void add_attention_cases(Cases& all) {
                                       : a.dim == 64  ? gpu::kernels::attention_prefill_64::id
                                       : a.dim == 128 ? gpu::kernels::attention_prefill_128::id
                                                      : gpu::kernels::attention_prefill_256::id);
-          const size_t split = size_t(a.heads / a.kv <= int(ATTN_PARTIAL_GROUP) ? gpu::kernels::attention_partial::id
-                                                                                  : gpu::kernels::attention_partial_wide::id);
+          const size_t split = size_t(split_build(a.heads, a.kv));
           const std::vector<uint64_t>& after = c.gpu.dispatches_by_kernel();
           if ((after[flash] > before[flash]) != tiled || (after[split] > before[split]) == tiled)
             throw Failure(std::string("expected the ") + (tiled ? "flash-attention" : "split-K") + " kernels");
@@ -160,9 +164,7 @@ void add_attention_cases(Cases& all) {
           Pair gate = c.floats(c.rng.normals(width, 2.0f));
           const size_t probs_size = size_t(a.heads) * a.n * total;
           Pair probs = c.zeros(probs_size);
-          // The build for the group: attention_partial up to ATTN_PARTIAL_GROUP heads per KV head.
-          const gpu::kernels::Id build = a.heads / a.kv <= int(ATTN_PARTIAL_GROUP) ? gpu::kernels::attention_partial::id
-                                                                                    : gpu::kernels::attention_partial_wide::id;
+          const gpu::kernels::Id build = split_build(a.heads, a.kv);
           const uint64_t partial0 = c.launches(build);
           const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
           if (a.f32) c.gpu.set_precision(gpu::Precision::F32);

@@ -32,9 +32,6 @@ static_assert(ATTN_SPLIT_BLOCK == ATTN_SPLIT_KEYS_PER_SIMDGROUP * (REDUCE_THREAD
 static_assert(ATTN_MAX_GROUP * ATTN_SPLIT_BLOCK <= REDUCE_THREADS, "attention_partial: one thread per (head, key) of a block");
 static_assert(ATTN_SPLIT_KEYS_PER_THREAD * (REDUCE_THREADS / (ATTN_SPLIT_MAX_HEAD_DIM / 4)) >= ATTN_SPLIT_BLOCK,
               "attention_partial: the PV threads cover a block's V rows");
-static_assert(ATTN_SPLIT_KEYS_PER_SIMDGROUP * ATTN_PARTIAL_GROUP == 16 && ATTN_SPLIT_KEYS_PER_SIMDGROUP * ATTN_MAX_GROUP == 32 &&
-                  REDUCE_THREADS / 32 * ATTN_SPLIT_KEYS_PER_SIMDGROUP == ATTN_SPLIT_BLOCK,
-              "attention_partial: score_sums takes 16 or 32 values per lane");
 namespace apn = k::attention_partial;
 namespace apw = k::attention_partial_wide;
 static_assert(apn::q == apw::q && apn::k_cache == apw::k_cache && apn::v_cache == apw::v_cache && apn::part_ml == apw::part_ml &&
