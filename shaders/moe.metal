@@ -4,70 +4,72 @@
 using namespace metal;
 #include "common.h"
 
-// One threadgroup per token, one thread per expert (threads: experts rounded up to 32).
-// probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf forces it
-// into the top-k (its probability is computed without the bias). Bit patterns are compared, so
+// One simdgroup per token, lane l holding experts l, l + 32, ... (ROUTER_MAX_EXPERTS / 32 registers): no
+// threadgroup memory and no barriers, since a decode step waits on this kernel between the router and the
+// experts. probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf
+// forces it into the top-k (its probability is computed without the bias). Bit patterns are compared, so
 // fast-math cannot fold the infinities away.
-// The top-k is found by rank, not by k sequential rounds: an expert's key orders it (forced first,
-// then probability; probabilities in [0, 1] are non-negative floats, whose bit patterns order like
-// their values and leave bit 30 free for "forced"), lower ids win ties. Each simdgroup ranks its own
-// 32 experts with shuffles; only its best min(k, 32) can be in the top-k (a top-k expert has fewer
-// than k better experts anywhere), so the global rank of a candidate counts the better candidates alone.
-[[max_total_threads_per_threadgroup(ROUTER_MAX_EXPERTS)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
+// The top-k in k rounds: an expert's key orders it (forced first, then probability; probabilities in
+// [0, 1] are non-negative floats, whose bit patterns order like their values and leave bit 30 free for
+// "forced"), lower ids win ties. Each round takes the best key of every lane (a lane's experts in id
+// order, so strictly better keeps the lower id), the best over the lanes, the lowest id holding it, and
+// retires that expert (key 0: chosen; live experts hold key + 1, so that probability 0 is still choosable).
+[[max_total_threads_per_threadgroup(32)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
                   device int* ids [[buffer(2)]], device float* weights [[buffer(3)]],
                   device float* probs [[buffer(4)]], constant RouteParams& p [[buffer(5)]],
-                  uint t [[threadgroup_position_in_grid]], uint e [[thread_index_in_threadgroup]],
-                  uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
-                  uint simdgroups [[simdgroups_per_threadgroup]]) {
-  threadgroup float scratch[32];
-  threadgroup uint cand_key[ROUTER_MAX_EXPERTS];
-  threadgroup uint cand_id[ROUTER_MAX_EXPERTS];
-  threadgroup float chosen[ROUTER_MAX_K];
-
-  const uint E = p.experts;
-  const bool live = e < E;
-  const uint ec = min(e, E - 1u);  // clamped: loads stay unconditional
-  const float bv = p.has_bias != 0u ? bias[ulong(t) * E + ec] : 0.0f;
-  const float lv = logits[ulong(t) * E + ec];
-  const uint bits = as_type<uint>(bv);
-  const uint forced = live && bits == 0x7f800000u ? 1u : 0u;
-  const float v = !live || bits == 0xff800000u ? -INFINITY : forced != 0u ? lv : lv + bv;
-  const float mx = threadgroup_max(v, scratch, sg, lane, simdgroups);
-  const float ev = v == -INFINITY ? 0.0f : exp(v - mx);
-  const float sum = threadgroup_sum(ev, scratch, sg, lane, simdgroups);
-  const float prob = sum > 0.0f ? ev / sum : 0.0f;
-  if (p.has_probs != 0u && live) probs[ulong(t) * E + e] = prob;
-
-  // Past the experts: key 0 and a higher id than every expert, so never chosen (k <= experts).
-  const uint key = live ? as_type<uint>(prob) | (forced << 30) : 0u;
-  uint local = 0u;  // experts of this simdgroup better than this one
-  for (uint j = 0; j < 32u; ++j) {
-    const uint other = simd_shuffle(key, ushort(j));
-    local += other > key || (other == key && j < lane) ? 1u : 0u;
+                  uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+  constexpr uint PER = ROUTER_MAX_EXPERTS / 32u;
+  static_assert(ROUTER_MAX_EXPERTS % 32u == 0u && ROUTER_MAX_K % 32u == 0u, "whole registers per lane");
+  const uint E = p.experts, per = (E + 31u) / 32u;
+  float v[PER];
+  uint key[PER];
+  float mx = -INFINITY;
+  for (uint i = 0; i < PER; ++i) {  // clamped, unconditional loads
+    const uint e = lane + 32u * i, ec = min(e, E - 1u);
+    const bool live = i < per && e < E;
+    const float bv = p.has_bias != 0u ? bias[ulong(t) * E + ec] : 0.0f;
+    const float lv = logits[ulong(t) * E + ec];
+    const uint bits = as_type<uint>(bv);
+    key[i] = live && bits == 0x7f800000u ? 1u << 30 : 0u;  // forced, until the probability joins it
+    v[i] = !live || bits == 0xff800000u ? -INFINITY : key[i] != 0u ? lv : lv + bv;
+    mx = max(mx, v[i]);
   }
-  const uint per = min(p.k, 32u), candidates = simdgroups * per;
-  if (local < per) {
-    cand_key[sg * per + local] = key;
-    cand_id[sg * per + local] = e;
+  mx = simd_max(mx);
+  float sum = 0.0f;
+  for (uint i = 0; i < PER; ++i) {
+    v[i] = v[i] == -INFINITY ? 0.0f : exp(v[i] - mx);
+    sum += v[i];
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  uint rank = p.k;
-  if (local < per) {
-    rank = 0u;
-    for (uint c = 0; c < candidates; ++c) {
-      const uint other = cand_key[c];
-      rank += other > key || (other == key && cand_id[c] < e) ? 1u : 0u;
+  sum = simd_sum(sum);
+  for (uint i = 0; i < PER; ++i) {
+    const uint e = lane + 32u * i;
+    const float prob = sum > 0.0f ? v[i] / sum : 0.0f;
+    if (p.has_probs != 0u && i < per && e < E) probs[ulong(t) * E + e] = prob;
+    key[i] = i < per && e < E ? (as_type<uint>(prob) | key[i]) + 1u : 0u;
+  }
+  float chosen[ROUTER_MAX_K / 32u];  // lane l: the probabilities of ranks l, l + 32
+  for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r) chosen[r] = 0.0f;
+  float total = 0.0f;  // in rank order, as the CPU backend sums
+  for (uint rank = 0; rank < p.k; ++rank) {
+    uint best = 0u, at = 0u;
+    for (uint i = 0; i < PER; ++i) {
+      const bool better = key[i] > best;
+      best = better ? key[i] : best;
+      at = better ? i : at;
     }
-    if (rank < p.k) {
-      ids[ulong(t) * p.k + rank] = int(e);
-      chosen[rank] = prob;
-    }
+    const uint top = simd_max(best);
+    const uint id = simd_min(best == top ? lane + 32u * at : 0xffffffffu);
+    for (uint i = 0; i < PER; ++i)
+      if (lane + 32u * i == id) key[i] = 0u;
+    const float prob = as_type<float>((top - 1u) & ~(1u << 30));
+    total += prob;
+    for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r)
+      if (rank == lane + 32u * r) chosen[r] = prob;
+    if (lane == 0u) ids[ulong(t) * p.k + rank] = int(id);
   }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (rank < p.k) {
-    float total = 0.0f;  // in rank order, as the CPU backend sums
-    for (uint s = 0; s < p.k; ++s) total += chosen[s];
-    weights[ulong(t) * p.k + rank] = p.renormalize != 0u && total > 0.0f ? prob / total : prob;
+  for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r) {
+    const uint rank = lane + 32u * r;
+    if (rank < p.k) weights[ulong(t) * p.k + rank] = p.renormalize != 0u && total > 0.0f ? chosen[r] / total : chosen[r];
   }
 }
 

@@ -120,7 +120,7 @@
 #define ATTN_SPLIT_TARGET_THREADGROUPS 264u
 #endif
 #ifndef ATTN_SPLIT_MIN_SPAN
-#define ATTN_SPLIT_MIN_SPAN 64u
+#define ATTN_SPLIT_MIN_SPAN 16u
 #endif
 #define ATTN_MAX_SPLITS 512u
 #define ATTN_SPLIT_BLOCK 16u
@@ -142,7 +142,8 @@
 #define DELTANET_TOKENS_SIMDGROUPS 4u
 #define DELTANET_TOKENS_THREADS 128  // DELTANET_TOKENS_SIMDGROUPS * 32, as a literal for the kernels' attribute
 #define DELTANET_TOKENS_COLUMNS (DELTANET_TOKENS_SIMDGROUPS * 32u / DELTANET_PARTS)
-// The router runs one thread per expert.
+// The router runs one simdgroup per token, ROUTER_MAX_EXPERTS / 32 experts per lane (a multiple of 32);
+// ROUTER_MAX_K / 32 chosen probabilities per lane.
 #define ROUTER_MAX_EXPERTS 512u
 #define ROUTER_MAX_K 64u
 // The causal conv keeps the last kernel-1 inputs per channel in registers.

@@ -17,8 +17,8 @@ struct AttentionSplit {
 
 // `tokens` query tokens of one launch over `keys` key positions on `kv_heads` KV heads: the fewest splits
 // that give ATTN_SPLIT_TARGET_THREADGROUPS threadgroups, spans of at least ATTN_SPLIT_MIN_SPAN keys, at
-// most ATTN_MAX_SPLITS. A decode step at 4,096 keys on 2 KV heads: 64 spans of 64 (128 threadgroups);
-// at 32,768: 128 spans of 256 (256 threadgroups).
+// most ATTN_MAX_SPLITS. A decode step at 300 keys on 2 KV heads: 19 spans of 16 (38 threadgroups); at
+// 4,096: 128 spans of 32 (256 threadgroups); at 32,768: 128 spans of 256 (256 threadgroups).
 inline AttentionSplit attention_split(size_t tokens, size_t keys, size_t kv_heads) {
   const size_t per_split = std::max<size_t>(1, tokens * kv_heads);
   const size_t wanted = std::max<size_t>(1, (ATTN_SPLIT_TARGET_THREADGROUPS + per_split - 1) / per_split);

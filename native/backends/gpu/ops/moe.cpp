@@ -17,7 +17,7 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
                         bias ? 1u : 0u, probs ? 1u : 0u};
   namespace r = k::route;
   Call(*this, r::id).buf(r::logits, logits).opt(r::bias, bias).buf(r::ids, ids).buf(r::weights, weights)
-      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads((uint32_t(experts) + 31) / 32 * 32).run();
+      .opt(r::probs, probs).params(r::p, p).grid(p.n).threads(32).run();
 }
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
