@@ -1,10 +1,10 @@
 // Decode attention over a long context on the GPU backend, end to end through the SDK: after a prompt of
 // a few hundred tokens, each decoded token's attention is split over spans of the KV cache
-// (ATTN_SPLIT_MIN_SPAN, shaders/params.h, is 64 keys: 3 spans after 130 tokens, the last one ragged) and
+// (ATTN_SPLIT_MIN_SPAN, shaders/params.h, is 16 keys: 9 spans after 130 tokens, the last one ragged) and
 // the spans' partials are merged by the combine kernel. Against the CPU backend, one checkpoint per
-// fixture: the fp32 precision (exact arithmetic; the prompt runs the split-K kernels as one span) within
+// fixture: the fp32 precision (exact arithmetic; the prompt runs the split-K kernels in two spans) within
 // 1e-4; and on one fixture the default fp16 precision (the prompt on the tiled kernels, then decode over
-// 2 spans) within the 1e-2 accuracy target with the same top-1 wherever the CPU is confident (the
+// 5 spans) within the 1e-2 accuracy target with the same top-1 wherever the CPU is confident (the
 // emulator's tiled prefill is slow: a shorter prompt). With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the
 // GPU side runs on that backend.
 import { expect, test } from "vitest";
