@@ -175,17 +175,6 @@ inline float threadgroup_sum(float v, threadgroup float* scratch, uint sg, uint 
   return total;
 }
 
-inline float threadgroup_max(float v, threadgroup float* scratch, uint sg, uint lane, uint simdgroups) {
-  float s = simd_max(v);
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (lane == 0) scratch[sg] = s;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  float total = scratch[0];
-  for (uint i = 1; i < simdgroups; ++i) total = max(total, scratch[i]);
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  return total;
-}
-
 // 16 bytes (4 words: a tile's run of 8 halfs, a float4 as_type<uint4>) into threadgroup memory at a
 // 16-byte aligned dst: one 16-byte store with CUDA (nvcc does not merge the word stores); word by word
 // elsewhere (the strict address-space build has no vector stores).
