@@ -20,13 +20,13 @@ using namespace metal;
                   uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
   constexpr uint PER = ROUTER_MAX_EXPERTS / 32u;
   static_assert(ROUTER_MAX_EXPERTS % 32u == 0u && ROUTER_MAX_K % 32u == 0u, "whole registers per lane");
-  const uint E = p.experts, per = (E + 31u) / 32u;
+  const uint E = p.experts;
   float v[PER];
   uint key[PER];
   float mx = -INFINITY;
   for (uint i = 0; i < PER; ++i) {  // clamped, unconditional loads
     const uint e = lane + 32u * i, ec = min(e, E - 1u);
-    const bool live = i < per && e < E;
+    const bool live = e < E;
     const float bv = p.has_bias != 0u ? bias[ulong(t) * E + ec] : 0.0f;
     const float lv = logits[ulong(t) * E + ec];
     const uint bits = as_type<uint>(bv);
@@ -44,8 +44,8 @@ using namespace metal;
   for (uint i = 0; i < PER; ++i) {
     const uint e = lane + 32u * i;
     const float prob = sum > 0.0f ? v[i] / sum : 0.0f;
-    if (p.has_probs != 0u && i < per && e < E) probs[ulong(t) * E + e] = prob;
-    key[i] = i < per && e < E ? (as_type<uint>(prob) | key[i]) + 1u : 0u;
+    if (p.has_probs != 0u && e < E) probs[ulong(t) * E + e] = prob;
+    key[i] = e < E ? (as_type<uint>(prob) | key[i]) + 1u : 0u;
   }
   float chosen[ROUTER_MAX_K / 32u];  // lane l: the probabilities of ranks l, l + 32
   for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r) chosen[r] = 0.0f;
