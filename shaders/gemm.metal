@@ -5,16 +5,19 @@ using namespace metal;
 #include "tiles.h"
 
 // xh [n, HALF_ROW_LD(cols)] = x [n, cols] rounded to half, zero past cols: the activations of the
-// tiled kernels, rounded once for all their tiles (a tile would round each value the same way). Thread
+// tiled kernels, rounded once for all their tiles (a tile would round each value the same way); with
+// p.fragment_order, position c of each 64-column block holds column q4_fragment_column(c) of it. Thread
 // i writes run i of 8 halfs (4 words); x may lie at any 4-byte offset (scalar loads, clamped to the row).
 [[max_total_threads_per_threadgroup(HALF_ROWS_THREADS)]] kernel void half_rows(device const float* x [[buffer(0)]], device uint* xh [[buffer(1)]],
                       constant HalfRowsParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   const uint runs = HALF_ROW_LD(p.cols) / 8u, count = p.n * runs;
   const uint ic = min(i, count - 1u), c = 8u * (ic % runs);
   device const float* row = x + ulong(ic / runs) * p.cols;
+  uint col[8];
+  for (uint e = 0; e < 8u; ++e) col[e] = p.fragment_order != 0u ? c / GEMM_K * GEMM_K + q4_fragment_column((c + e) % GEMM_K) : c + e;
   float v[8];
-  for (uint e = 0; e < 8u; ++e) v[e] = row[min(c + e, p.cols - 1u)];
-  for (uint e = 0; e < 8u; ++e) v[e] = c + e < p.cols ? v[e] : 0.0f;
+  for (uint e = 0; e < 8u; ++e) v[e] = row[min(col[e], p.cols - 1u)];
+  for (uint e = 0; e < 8u; ++e) v[e] = col[e] < p.cols ? v[e] : 0.0f;
   if (i < count) {
     device uint* run = xh + 4u * ulong(i);
     for (uint e = 0; e < 4u; ++e) run[e] = half2_bits(v[2u * e], v[2u * e + 1u]);
@@ -148,7 +151,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
     if (slot == 0u) stage_q4_scales(w, job.scales, job.biases, job.row0, Q4_TILE_ROWS, step, staged, tid, GEMM_THREADS);
-    store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
+    store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, p.cols - GEMM_K);

@@ -363,7 +363,7 @@ inline void moe_gate_up_q4_tile(
       stage_q4_scales(ud, uscales, ubiases, i0, Q4_GATE_UP_TILE_ROWS, step, staged + 2u * Q4_GATE_UP_TILE_ROWS, tid,
                       GEMM_THREADS);
     }
-    store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
+    store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, p.hidden - GEMM_K);
@@ -378,16 +378,17 @@ inline void moe_gate_up_q4_tile(
   }
 
   // The epilogue's slabs in the staged scales' memory (no longer read): columns 0-15 of a slab are the
-  // gate's rows, 16-31 the up's; lane l takes row l % 16 of tokens 2m + l / 16.
+  // gate's rows, 16-31 the up's; lane l takes row l % 16 of tokens 2m + l / 16. h is written in
+  // q4_fragment_column order, the order of the `_q4` down builds' tiles.
   threadgroup float* slab = (threadgroup float*)staged + sg * 8u * STAGING_LD;
-  const uint c = lane % 16u, i = r0 + c, h_ld = HALF_ROW_LD(gd.rows);
+  const uint c = lane % 16u, i = r0 + c, h_ld = HALF_ROW_LD(gd.rows), hi = q4_fragment_index(i);
   device ushort* dst = b.shared ? sh : h + ulong(b.begin) * h_ld;
   for (uint s = 0; s < tokens / 8u; ++s) {
     stage_slab(acc, s, slab);
     for (uint m = 0; m < 4u; ++m) {
       const uint r = 2u * m + lane / 16u, t = t0 + 8u * s + r;
       const float v = silu(slab[r * STAGING_LD + c]) * slab[r * STAGING_LD + 16u + c];
-      if (t < b.count && i < h_ld) dst[ulong(t) * h_ld + i] = as_type<ushort>(half(i < gd.rows ? v : 0.0f));
+      if (t < b.count && i < h_ld) dst[ulong(t) * h_ld + hi] = as_type<ushort>(half(i < gd.rows ? v : 0.0f));
     }
     slab_done();
   }
@@ -598,7 +599,7 @@ inline void moe_down_q4_tile(
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
     const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
     if (slot == 0u) stage_q4_scales(dd, scales, biases, c0, Q4_TILE_ROWS, step, staged, tid, GEMM_THREADS);
-    store_activations_q4(xr, xt, runs, tid, GEMM_THREADS);
+    store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, dd.cols - GEMM_K);

@@ -202,12 +202,15 @@ struct GemmParams {
 
 // The tiled kernels' activations: fp32 rows [n, cols] rounded to half once (half_rows), each row
 // zero-padded to a multiple of GEMM_K halfs (and so of GEMM_WIDE_K), so that a tile loader's run of 8
-// columns is one 16-byte copy with no bounds test. One thread per run of 8 halfs.
+// columns is one 16-byte copy with no bounds test. With fragment_order, each 64-column block is stored
+// in q4_fragment_column order (the `_q4` kernels' tiles, shaders/tiles.h), so that their tile copies
+// are plain 16-byte copies too. One thread per run of 8 halfs.
 #define HALF_ROWS_THREADS 256
 #define HALF_ROW_LD(cols) (((cols) + GEMM_K - 1u) / GEMM_K * GEMM_K)  // halfs per padded row
 struct HalfRowsParams {
   uint n;     // rows
   uint cols;  // fp32 values per row of x
+  uint fragment_order;  // 1: each 64-column block in q4_fragment_column order
 };
 
 // out[t] = the embedding row ids[t], dequantized.

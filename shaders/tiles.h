@@ -394,27 +394,17 @@ inline void slab_done() { simdgroup_barrier(mem_flags::mem_threadgroup); }
 
 // ---- 4-bit weights straight into fragments (simdgroup_q4_load, simdgroup_q4_dequantize) ----
 // A simdgroup multiplies its own 8-row blocks of weights, read from device memory by
-// simdgroup_q4_load, with activation tiles stored in q4_fragment_column order; the rows' scales and
+// simdgroup_q4_load, with activation tiles in q4_fragment_column order (copied as they are from half
+// rows written in that order: half_rows' fragment_order, moe_gate_up_q4_tile's h); the rows' scales and
 // biases for Q4_SCALE_GROUPS groups at a time are staged as halfs in threadgroup memory. Weights in MLX
 // affine 4-bit groups of 64 columns (one group per 64-column step) whose scales and biases are all
 // exact in half (GpuBackend checks at upload).
 
-// Where column p of a 64-column step is stored (the inverse of q4_fragment_column).
-inline uint q4_fragment_position(uint p) { return 8u * (p % 4u) + 32u * (p % 16u / 8u) + 2u * (p / 16u) + p / 4u % 2u; }
-
-// The fetched activation runs stored in q4_fragment_column order: of a run's 8 columns p0 .. p0+7,
-// columns p0 + r and p0 + r + 4 (r < 4) are adjacent there, one word each, and for p0 a multiple of 8
-// (every run) that word is q4_fragment_position(p0) / 2 + 4r: one address per run.
-inline void store_activations_q4(thread const ActivationRuns& a, threadgroup half* tile, uint runs, uint tid, uint threads) {
-  for (uint i = 0; i < runs; ++i) {
-    threadgroup uint* w = (threadgroup uint*)(tile + run_row(tid, threads, i, GEMM_K) * TILE_LD(GEMM_K)) +
-                          q4_fragment_position(run_column(tid, threads, i, GEMM_K)) / 2u;
-    const uint4 v = a.run[i];  // columns p0 + 2w and p0 + 2w + 1 in word w
-    w[0] = (v.x & 0xffffu) | (v.z << 16u);
-    w[4] = (v.x >> 16u) | (v.z & 0xffff0000u);
-    w[8] = (v.y & 0xffffu) | (v.w << 16u);
-    w[12] = (v.y >> 16u) | (v.w & 0xffff0000u);
-  }
+// Where column c of a half row in q4_fragment_column order is stored: its 64-column block is permuted
+// (the inverse of q4_fragment_column within the block).
+inline uint q4_fragment_index(uint c) {
+  const uint p = c % 64u;
+  return c - p + 8u * (p % 4u) + 32u * (p % 16u / 8u) + 2u * (p / 16u) + p / 4u % 2u;
 }
 
 // The scales and biases of groups g0 .. g0+Q4_SCALE_GROUPS-1 (clamped to the row's last) of weight rows

@@ -128,10 +128,12 @@ class GpuBackend final : public Backend {
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
-  void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n);  // tiled(n); xh from half_rows
+  // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
+  void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
-  // x [n, cols] rounded to half into half_x_ (the half_rows kernel): the tiled kernels' activations.
-  View half_rows(View x, int n, uint32_t cols);
+  // x [n, cols] rounded to half into half_x_ (the half_rows kernel): the tiled kernels' activations,
+  // each 64-column block in q4_fragment_column order with fragment_order (what the `_q4` kernels read).
+  View half_rows(View x, int n, uint32_t cols, bool fragment_order);
   void moe_experts_tiled(const GpuWeight& gate, const GpuWeight& up, const GpuWeight& down, View x, View ids,
                          View weights, int n, int k, View out, const SharedExpert& shared);
 

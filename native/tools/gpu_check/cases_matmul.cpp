@@ -216,6 +216,35 @@ void add_matmul_cases(Cases& all) {
       throw Failure("5 jobs did not run as two gemm launches over one half_rows");
     for (int j = 0; j < 5; ++j) c.expect_close("matmul_group tiled", outs[size_t(j)], size_t(n) * rows[j], tiled_tol);
   });
+
+  // Groups of 4-bit matrices in groups of 64: x rounded once in fragment order for gemm_q4 when every
+  // job takes it; when one does not (8-bit here), in stored order for gemm, the 4-bit batch included.
+  for (bool mixed : {false, true})
+    add(std::string("matmul_group tiled q4") + (mixed ? " and q8" : ""), [mixed, tiled_tol](Ctx& c) {
+      const int n = 65, cols = 192, count = 6;
+      c.shape = std::string("6 matrices (") + (mixed ? "5 q4, the last q8" : "q4") + ") x 192, 65 tokens";
+      const int rows[] = {72, 8, 136, 64, 16, 24};
+      std::vector<HostWeight> hw;
+      for (int j = 0; j < count; ++j) hw.emplace_back(c.rng, mixed && j == count - 1 ? "q8" : "q4", rows[j], cols);
+      std::vector<WeightPair> w;
+      std::vector<Pair> outs;
+      for (int j = 0; j < count; ++j) w.push_back(upload(c, hw[size_t(j)])), outs.push_back(c.zeros(size_t(n) * rows[j]));
+      Pair x = c.floats(c.rng.normals(size_t(n) * cols));
+      std::vector<Backend::MatmulJob> jc, jg;
+      for (int j = 0; j < count; ++j) {
+        jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get())});
+        jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get())});
+      }
+      const uint64_t q4_before = c.launches(gpu::kernels::gemm_q4::id), gemm_before = c.launches(gpu::kernels::gemm::id);
+      c.cpu.matmul_group(jc, View(x.cpu.get()), n);
+      c.gpu.matmul_group(jg, View(x.gpu.get()), n);
+      const uint64_t q4_launches = c.launches(gpu::kernels::gemm_q4::id) - q4_before;
+      const uint64_t gemm_launches = c.launches(gpu::kernels::gemm::id) - gemm_before;
+      if (q4_launches != (mixed ? 0u : 2u) || gemm_launches != (mixed ? 2u : 0u))
+        throw Failure("6 jobs ran " + std::to_string(q4_launches) + " gemm_q4 and " + std::to_string(gemm_launches) +
+                      " gemm launches");
+      for (int j = 0; j < count; ++j) c.expect_close("matmul_group tiled q4", outs[size_t(j)], size_t(n) * rows[j], tiled_tol);
+    });
 }
 
 }  // namespace moelens::gpu_check

@@ -86,8 +86,8 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
       .threads(GEMV_THREADS).run();
 }
 
-View GpuBackend::half_rows(View x, int n, uint32_t cols) {
-  shader::HalfRowsParams p{u32(size_t(n), "tokens"), cols};
+View GpuBackend::half_rows(View x, int n, uint32_t cols, bool fragment_order) {
+  shader::HalfRowsParams p{u32(size_t(n), "tokens"), cols, fragment_order ? 1u : 0u};
   const size_t halfs = size_t(n) * HALF_ROW_LD(cols);
   scratch(half_x_, halfs / 2);  // HALF_ROW_LD is even
   namespace h = k::half_rows;
@@ -96,12 +96,17 @@ View GpuBackend::half_rows(View x, int n, uint32_t cols) {
   return View(half_x_.get());
 }
 
-void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n) {
-  shader::GemmParams p{};
-  // 4-bit weights read straight into the matrix units' fragments where every matrix allows it (gemm_q4,
-  // measured faster than gemm_wide at 2,048 and 4,096 tokens too); otherwise long chunks on the larger tiles.
+// Whether every job's weights can be read straight into the matrix units' fragments (gemm_q4, measured
+// faster than gemm_wide at 2,048 and 4,096 tokens too): their input is then rounded in fragment order.
+static bool all_q4_tiles(const Backend::MatmulJob* jobs, size_t count) {
   bool q4 = true;
   for (size_t j = 0; j < count; ++j) q4 = q4 && q4_tiles_take(static_cast<const GpuWeight&>(*jobs[j].weight));
+  return q4;
+}
+
+void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4) {
+  shader::GemmParams p{};
+  // Otherwise long chunks on the larger tiles.
   const bool wide = !q4 && size_t(n) >= GEMM_WIDE_MIN_TOKENS;
   const uint32_t tile_tokens = wide ? GEMM_WIDE_TILE : GEMM_TILE_TOKENS;
   const uint32_t tile_rows = wide ? GEMM_WIDE_TILE : q4 ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
@@ -164,7 +169,10 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
   auto lock = enter();
   MatmulJob job{&w, out};
-  if (tiled(n)) gemm_jobs(&job, 1, half_rows(x, n, static_cast<const GpuWeight&>(w).desc.cols), n);
+  if (tiled(n)) {
+    const bool q4 = all_q4_tiles(&job, 1);
+    gemm_jobs(&job, 1, half_rows(x, n, static_cast<const GpuWeight&>(w).desc.cols, q4), n, q4);
+  }
   else gemv_jobs(&job, 1, x, n);
 }
 
@@ -174,17 +182,19 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   // other calls on the fp32 GEMV kernels.
   std::vector<MatmulJob> fp32, fp16;
   for (const MatmulJob& j : jobs) (tiled(n) && !j.exact ? fp16 : fp32).push_back(j);
-  // The fp16 jobs read x rounded to half once, as rows of their common input size.
+  // The fp16 jobs read x rounded to half once, as rows of their common input size: in fragment order when
+  // all of them take gemm_q4 (a group that mixes formats runs every launch on gemm or gemm_wide).
   View xh;
+  const bool q4 = !fp16.empty() && all_q4_tiles(fp16.data(), fp16.size());
   if (!fp16.empty()) {
     const uint32_t cols = static_cast<const GpuWeight&>(*fp16[0].weight).desc.cols;
     for (const MatmulJob& j : fp16)
       if (static_cast<const GpuWeight&>(*j.weight).desc.cols != cols)
         fail("gpu backend: matmul_group of matrices with different input sizes");
-    xh = half_rows(x, n, cols);
+    xh = half_rows(x, n, cols, q4);
   }
   for (size_t i = 0; i < fp16.size(); i += GEMV_MAX_JOBS)
-    gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n);
+    gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n, q4);
   for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
     const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
     if (tiled(n)) gemm_exact_jobs(fp32.data() + i, count, x, n);

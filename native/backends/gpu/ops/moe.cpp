@@ -147,7 +147,6 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   scratch(moe_y_, entries * p.hidden);
   scratch(moe_shared_y_, size_t(n) * p.hidden);
 
-  const View xh = half_rows(x, n, p.hidden);
   bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
                    View(moe_positions_.get()));
 
@@ -161,6 +160,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   // builds).
   const bool q4_tiles = q4_tiles_take(G) && q4_tiles_take(U) && q4_tiles_take(D) &&
                         (!shared.gate || (q4_tiles_take(*SG) && q4_tiles_take(*SU) && q4_tiles_take(*SD)));
+  const View xh = half_rows(x, n, p.hidden, q4_tiles);  // the `_q4` builds' tiles are in fragment order
   const k::Id gate_up_id = q4_tiles      ? (short_tiles ? k::moe_gate_up_tiled_q4_short::id : k::moe_gate_up_tiled_q4::id)
                            : short_tiles ? k::moe_gate_up_tiled_affine_short::id
                            : only_affine ? k::moe_gate_up_tiled_affine::id
