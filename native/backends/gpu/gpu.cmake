@@ -135,6 +135,7 @@ if(MOELENS_GPU_CHECK)
   find_program(MOELENS_CLANGXX NAMES clang++-19 clang++-18 clang++-17 clang++-16 clang++)
   if(MOELENS_CLANGXX)
     set(strict_stamps)
+    file(GLOB MOELENS_SHADER_HEADERS CONFIGURE_DEPENDS ${MOELENS_SHADER_DIR}/*.h)  # what every shader includes
     foreach(src ${MOELENS_EMU_SOURCES})
       get_filename_component(stem ${src} NAME_WE)
       set(stamp ${MOELENS_GEN_DIR}/${stem}.strict.stamp)
@@ -143,7 +144,7 @@ if(MOELENS_GPU_CHECK)
         COMMAND ${MOELENS_CLANGXX} -std=c++17 -fsyntax-only -DMOELENS_MSL_STRICT -Wno-unknown-pragmas
                 -I${MOELENS_GEN_DIR} -I${MOELENS_SHADER_DIR} -I${MOELENS_GPU_DIR} ${src}
         COMMAND ${CMAKE_COMMAND} -E touch ${stamp}
-        DEPENDS ${src} ${MOELENS_GPU_DIR}/msl/msl.h
+        DEPENDS ${src} ${MOELENS_GPU_DIR}/msl/msl.h ${MOELENS_SHADER_HEADERS}
         COMMENT "Strict address spaces (clang): ${stem}"
         VERBATIM)
       list(APPEND strict_stamps ${stamp})
