@@ -87,7 +87,8 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
   const uint runs = TILE_RUNS_PER_THREAD;
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, xrows, 0u, GEMM_K, runs);
   WeightRuns wr =
       fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_K, tid, true, no_weight_runs(), false);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
@@ -95,7 +96,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
     store_weights(wr, w, job.data, job.scales, job.biases, job.row0, w.rows, k0, GEMM_K, wt, tid, true);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
+    xr = fetch_activations(x, ld, xrows, k0 + GEMM_K, GEMM_K, runs);
     wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_K, GEMM_K, tid, true, wr, true);
     tile_products(xt, wt, GEMM_K, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
@@ -145,7 +146,8 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
   const uint runs = TILE_RUNS_PER_THREAD;
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, xrows, 0u, GEMM_K, runs);
   simdgroup_q4_block q[4];
   q4_load_blocks(q, w, job.data, r0, 0u, 4u, ushort(lane));
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
@@ -155,7 +157,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, p.cols - GEMM_K);
-    xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
+    xr = fetch_activations(x, ld, xrows, next, GEMM_K, runs);
     simdgroup_q4_block qn[4];
     q4_load_blocks(qn, w, job.data, r0, next, 4u, ushort(lane));
     threadgroup const uint* sb = staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg);
@@ -208,7 +210,8 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
   for (uint i = 0; i < 32u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.cols);
   const uint runs = GEMM_WIDE_TILE * GEMM_WIDE_K / 8u / uint(GEMM_WIDE_THREADS);
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, xrows, 0u, GEMM_WIDE_K, runs);
   WeightRuns wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, 0u, GEMM_WIDE_K, tid, true,
                                 no_weight_runs(), false);
   for (uint k0 = 0; k0 < p.cols; k0 += GEMM_WIDE_K) {
@@ -216,7 +219,7 @@ inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, devic
     store_weights(wr, w, job.data, job.scales, job.biases, job.row0, w.rows, k0, GEMM_WIDE_K, wt, tid, true);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, ld, row_of, k0 + GEMM_WIDE_K, GEMM_WIDE_K, runs, tid, GEMM_WIDE_THREADS);
+    xr = fetch_activations(x, ld, xrows, k0 + GEMM_WIDE_K, GEMM_WIDE_K, runs);
     wr = fetch_weights(w, job.data, job.scales, job.biases, job.row0, w.rows, k0 + GEMM_WIDE_K, GEMM_WIDE_K, tid, true, wr,
                        true);
     tile_products(xt, wt, GEMM_WIDE_K, 64u * m, 32u * c, 8u, acc);

@@ -221,7 +221,8 @@ inline void moe_gate_up_tile(
   }
   const uint ld = HALF_ROW_LD(p.hidden);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, xrows, 0u, GEMM_K, runs);
   WeightRuns gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, 0u, GEMM_K, tid, dense, no_weight_runs(),
                                 false);
   WeightRuns ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, 0u, GEMM_K, tid, dense, no_weight_runs(),
@@ -232,7 +233,7 @@ inline void moe_gate_up_tile(
     store_weights(ur, ud, udata, uscales, ubiases, i0, ud.rows, k0, GEMM_K, ut, tid, dense);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(x, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
+    xr = fetch_activations(x, ld, xrows, k0 + GEMM_K, GEMM_K, runs);
     gr = fetch_weights(gd, gdata, gscales, gbiases, i0, gd.rows, k0 + GEMM_K, GEMM_K, tid, dense, gr, keep);
     ur = fetch_weights(ud, udata, uscales, ubiases, i0, ud.rows, k0 + GEMM_K, GEMM_K, tid, dense, ur, keep);
     tile_products(xt, gt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc_g);
@@ -352,7 +353,8 @@ inline void moe_gate_up_q4_tile(
   for (uint i = 0; i < 4u * tokens / 8u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(p.hidden);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
-  ActivationRuns xr = fetch_activations(x, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(x, ld, xrows, 0u, GEMM_K, runs);
   simdgroup_q4_block q[4];
   q4_load_blocks(q, gd, gdata, r0, 0u, 2u, lane);
   q4_load_blocks(q + 2, ud, udata, r0, 0u, 2u, lane);
@@ -367,7 +369,7 @@ inline void moe_gate_up_q4_tile(
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, p.hidden - GEMM_K);
-    xr = fetch_activations(x, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
+    xr = fetch_activations(x, ld, xrows, next, GEMM_K, runs);
     simdgroup_q4_block qn[4];
     q4_load_blocks(qn, gd, gdata, r0, next, 2u, lane);
     q4_load_blocks(qn + 2, ud, udata, r0, next, 2u, lane);
@@ -469,7 +471,8 @@ inline void moe_down_tile(
   for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
-  ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(src, ld, xrows, 0u, GEMM_K, runs);
   WeightRuns wr =
       fetch_weights(dd, data, scales, biases, c0, dd.rows, 0u, GEMM_K, tid, dense, no_weight_runs(), false);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
@@ -477,7 +480,7 @@ inline void moe_down_tile(
     store_weights(wr, dd, data, scales, biases, c0, dd.rows, k0, GEMM_K, wt, tid, dense);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products.
-    xr = fetch_activations(src, ld, row_of, k0 + GEMM_K, GEMM_K, runs, tid, GEMM_THREADS);
+    xr = fetch_activations(src, ld, xrows, k0 + GEMM_K, GEMM_K, runs);
     wr = fetch_weights(dd, data, scales, biases, c0, dd.rows, k0 + GEMM_K, GEMM_K, tid, dense, wr, keep);
     tile_products(xt, wt, GEMM_K, half_tokens * m, 32u * c, tokens / 16u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -593,7 +596,8 @@ inline void moe_down_q4_tile(
   for (uint i = 0; i < 4u * tokens / 8u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint ld = HALF_ROW_LD(dd.cols);
   const uint runs = tokens * GEMM_K / 8u / uint(GEMM_THREADS);
-  ActivationRuns xr = fetch_activations(src, ld, row_of, 0u, GEMM_K, runs, tid, GEMM_THREADS);
+  const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
+  ActivationRuns xr = fetch_activations(src, ld, xrows, 0u, GEMM_K, runs);
   simdgroup_q4_block q[4];
   q4_load_blocks(q, dd, data, r0, 0u, 4u, lane);
   for (uint k0 = 0; k0 < dd.cols; k0 += GEMM_K) {
@@ -603,7 +607,7 @@ inline void moe_down_q4_tile(
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
     const uint next = min(k0 + GEMM_K, dd.cols - GEMM_K);
-    xr = fetch_activations(src, ld, row_of, next, GEMM_K, runs, tid, GEMM_THREADS);
+    xr = fetch_activations(src, ld, xrows, next, GEMM_K, runs);
     simdgroup_q4_block qn[4];
     q4_load_blocks(qn, dd, data, r0, next, 4u, lane);
     threadgroup const uint* sb = staged + 2u * (slot * Q4_TILE_ROWS + 32u * sg);

@@ -162,15 +162,28 @@ struct ActivationRuns {
   uint4 run[TILE_RUNS_PER_THREAD];
 };
 
-// Columns k0 .. k0+k-1 of the rows row_of[0 .. tile rows-1] of x, half rows of `ld` halfs
+// Where a thread's runs of each K-step start in x (in uint4s, before the step's column), for the rows
+// row_of[0 .. tile rows-1] of x, half rows of `ld` halfs: read from threadgroup memory once, before the
+// K-steps (a compiler cannot keep them in registers across the steps' barriers).
+struct ActivationRows {
+  uint at[TILE_RUNS_PER_THREAD];
+};
+inline ActivationRows activation_rows(uint ld, threadgroup const uint* row_of, uint k, uint runs, uint tid, uint threads) {
+  ActivationRows r;
+  for (uint i = 0; i < runs; ++i)
+    r.at[i] = uint((ulong(row_of[run_row(tid, threads, i, k)]) * ld + run_column(tid, threads, i, k)) / 8u);
+  return r;
+}
+
+// Columns k0 .. k0+k-1 of the rows of `rows` (activation_rows) of x, half rows of `ld` halfs
 // (half_rows: a multiple of GEMM_K, zero past the values), 8 halfs per uint4. The next step's fetch
 // after the last step reads the last step again (k0 clamped) instead of past the row.
-inline ActivationRuns fetch_activations(device const uint4* x, uint ld, threadgroup const uint* row_of, uint k0,
-                                        uint k, uint runs, uint tid, uint threads) {
-  const uint kc = min(k0, ld - k);
+inline ActivationRuns fetch_activations(device const uint4* x, uint ld, thread const ActivationRows& rows, uint k0, uint k,
+                                        uint runs) {
+  const uint kc = min(k0, ld - k) / 8u;
   ActivationRuns a;
   for (uint i = 0; i < runs; ++i) {
-    const uint4 run = x[(ulong(row_of[run_row(tid, threads, i, k)]) * ld + kc + run_column(tid, threads, i, k)) / 8u];
+    const uint4 run = x[rows.at[i] + kc];
     a.run[i] = run;
   }
   return a;
