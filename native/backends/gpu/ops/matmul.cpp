@@ -106,7 +106,7 @@ static bool all_q4_tiles(const Backend::MatmulJob* jobs, size_t count) {
 
 void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4) {
   shader::GemmParams p{};
-  // Otherwise long chunks on the larger tiles.
+  // Launches that are not all 4-bit fragments: long chunks on the larger tiles.
   const bool wide = !q4 && size_t(n) >= GEMM_WIDE_MIN_TOKENS;
   const uint32_t tile_tokens = wide ? GEMM_WIDE_TILE : GEMM_TILE_TOKENS;
   const uint32_t tile_rows = wide ? GEMM_WIDE_TILE : q4 ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
@@ -169,11 +169,12 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
   auto lock = enter();
   MatmulJob job{&w, out};
-  if (tiled(n)) {
-    const bool q4 = all_q4_tiles(&job, 1);
-    gemm_jobs(&job, 1, half_rows(x, n, static_cast<const GpuWeight&>(w).desc.cols, q4), n, q4);
+  if (!tiled(n)) {
+    gemv_jobs(&job, 1, x, n);
+    return;
   }
-  else gemv_jobs(&job, 1, x, n);
+  const bool q4 = all_q4_tiles(&job, 1);
+  gemm_jobs(&job, 1, half_rows(x, n, static_cast<const GpuWeight&>(w).desc.cols, q4), n, q4);
 }
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
