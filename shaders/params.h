@@ -260,6 +260,8 @@ struct MoeParams {
 #define Q4_TILE_ROWS 128u
 #define Q4_GATE_UP_TILE_ROWS 64u
 #define Q4_SCALE_GROUPS 8u
+// Groups of scales one thread of stage_q4_scales reads from a row at once (8 or 16 bytes).
+#define Q4_SCALE_RUN 4u
 // moe_tile_list: one threadgroup of MOE_TILE_LIST_THREADS, MOE_TILE_LIST_PER_THREAD buckets per thread.
 #define MOE_TILE_LIST_THREADS 512
 #define MOE_TILE_LIST_PER_THREAD 2u

@@ -420,22 +420,60 @@ inline uint q4_fragment_index(uint c) {
   return c - p + 8u * (p % 4u) + 32u * (p % 16u / 8u) + 2u * (p / 16u) + p / 4u % 2u;
 }
 
+// The stored bits of groups g .. g+Q4_SCALE_RUN-1 of a row of scales or biases (as load_scale reads
+// them: 16-bit values two to a word in x and y, f32 one to a word), groups past the row's last
+// repeating it: one 8- or 16-byte load when the run lies in the row and `vector` (rows of scales so
+// aligned), else one word per group.
+inline uint4 q4_scale_words(thread const WeightDesc& w, device const uchar* row, uint g, uint groups, bool vector) {
+  const bool f32 = w.scale_type == SCALE_F32;
+  if (vector && g + Q4_SCALE_RUN <= groups) {
+    if (f32) return *(device const uint4*)(row + 4u * g);
+    const uint2 v = *(device const uint2*)(row + 2u * g);
+    return uint4(v.x, v.y, 0u, 0u);
+  }
+  uint bits[Q4_SCALE_RUN];
+  for (uint e = 0; e < Q4_SCALE_RUN; ++e) {
+    const uint ge = min(g + e, groups - 1u), word = load_scale_word(row, ge, w.scale_type);
+    bits[e] = f32 ? word : (ge & 1u) != 0u ? word >> 16u : word & 0xffffu;
+  }
+  return f32 ? uint4(bits[0], bits[1], bits[2], bits[3]) : uint4(bits[0] | (bits[1] << 16u), bits[2] | (bits[3] << 16u), 0u, 0u);
+}
+
+// Value e of a run of q4_scale_words, as a half in both halves of a word.
+inline uint q4_scale_pair(thread const WeightDesc& w, uint4 words, uint e) {
+  const uint word = e == 0u ? words.x : e == 1u ? words.y : e == 2u ? words.z : words.w;
+  const uint half_word = e < 2u ? words.x : words.y, bits = (e & 1u) != 0u ? half_word >> 16u : half_word & 0xffffu;
+  const float value = w.scale_type == SCALE_F32    ? as_type<float>(word)
+                      : w.scale_type == SCALE_BF16 ? as_type<float>(bits << 16u)
+                                                   : float(as_type<half>(ushort(bits)));
+  return 0x10001u * uint(as_type<ushort>(half(value)));
+}
+
 // The scales and biases of groups g0 .. g0+Q4_SCALE_GROUPS-1 (clamped to the row's last) of weight rows
-// row0 .. row0+count-1 (clamped to rows-1; count at most Q4_TILE_ROWS) into the words
-// staged[2 (slot · Q4_TILE_ROWS + r)] (the scale) and the one after it (the bias), slot = g - g0, each
-// as a half in both halves of its word. Consecutive threads take one row's consecutive groups (a few
-// cache lines per warp).
+// row0 .. row0+count-1 (clamped to rows-1; count at most Q4_TILE_ROWS, count · Q4_SCALE_GROUPS a
+// multiple of Q4_SCALE_RUN · threads) into the words staged[2 (slot · Q4_TILE_ROWS + r)] (the scale)
+// and the one after it (the bias), slot = g - g0, each as a half in both halves of its word. A thread
+// takes runs of Q4_SCALE_RUN groups of a row and issues all its loads before its first store, so that
+// the staging waits for memory once.
+#define Q4_SCALE_RUNS_MAX (Q4_TILE_ROWS * Q4_SCALE_GROUPS / Q4_SCALE_RUN / uint(GEMM_THREADS))
 inline void stage_q4_scales(thread const WeightDesc& w, device const uchar* scales, device const uchar* biases, uint row0,
                             uint count, uint g0, threadgroup uint* staged, uint tid, uint threads) {
-  const uint groups = w.cols / 64u;
-  for (uint f = tid; f < count * Q4_SCALE_GROUPS; f += threads) {
-    const uint r = f / Q4_SCALE_GROUPS, slot = f % Q4_SCALE_GROUPS;
+  constexpr uint RUNS_PER_ROW = Q4_SCALE_GROUPS / Q4_SCALE_RUN;
+  const uint groups = w.cols / 64u, runs = count * RUNS_PER_ROW / threads;
+  const bool vector = w.scale_row_bytes % (w.scale_type == SCALE_F32 ? 16u : 8u) == 0u;
+  uint4 sw[Q4_SCALE_RUNS_MAX], bw[Q4_SCALE_RUNS_MAX];
+  for (uint i = 0; i < runs; ++i) {
+    const uint f = tid + threads * i, r = f / RUNS_PER_ROW, g = g0 + Q4_SCALE_RUN * (f % RUNS_PER_ROW);
     const ulong row = ulong(min(row0 + r, w.rows - 1u));
-    const uint g = min(g0 + slot, groups - 1u);
-    const half scale = half(load_scale(scales + row * w.scale_row_bytes, g, w.scale_type));
-    const half bias = half(load_scale(biases + row * w.scale_row_bytes, g, w.scale_type));
-    staged[2u * (slot * Q4_TILE_ROWS + r)] = 0x10001u * uint(as_type<ushort>(scale));
-    staged[2u * (slot * Q4_TILE_ROWS + r) + 1u] = 0x10001u * uint(as_type<ushort>(bias));
+    sw[i] = q4_scale_words(w, scales + row * w.scale_row_bytes, g, groups, vector);
+    bw[i] = q4_scale_words(w, biases + row * w.scale_row_bytes, g, groups, vector);
+  }
+  for (uint i = 0; i < runs; ++i) {
+    const uint f = tid + threads * i, r = f / RUNS_PER_ROW, s0 = Q4_SCALE_RUN * (f % RUNS_PER_ROW);
+    for (uint e = 0; e < Q4_SCALE_RUN; ++e) {
+      staged[2u * ((s0 + e) * Q4_TILE_ROWS + r)] = q4_scale_pair(w, sw[i], e);
+      staged[2u * ((s0 + e) * Q4_TILE_ROWS + r) + 1u] = q4_scale_pair(w, bw[i], e);
+    }
   }
 }
 
@@ -463,8 +501,10 @@ inline void q4_products(threadgroup const half* xt, thread const simdgroup_q4_bl
     simdgroup_q4_scales_load(s[j], scale_bias_01 + 16u * j, lane);
     simdgroup_q4_scales_load(s[2u + j], scale_bias_23 + 16u * j, lane);
   }
-  // Not unrolled: unrolled, CUDA's gate/up build holds about 230 registers instead of 160 (sm_90).
-#pragma unroll 1
+  // Unrolled, so that each block's byte selection and fragment addresses are constants (the 4-bit
+  // kernels' registers are capped by MIN_RESIDENT_THREADGROUPS; with CUDA, sm_90, only the down `_short`
+  // build spills, 16 bytes, and it measured faster so).
+#pragma unroll
   for (uint block = 0; block < 4u; ++block) {
     simdgroup_half8x8 w[8];  // w[2j], w[2j + 1]: row block j, k halves 0 and 1
     for (uint j = 0; j < 4u; ++j) simdgroup_q4_dequantize(w[2u * j], w[2u * j + 1u], q[j], block, s[j], lane);

@@ -31,6 +31,9 @@ static_assert(k::gemm::w0 == k::gemm_wide::w0 && k::gemm::s3 == k::gemm_wide::s3
               "gemm, gemm_wide, gemm_q4: the same buffer indices");
 static_assert(Q4_TILE_ROWS == 4 * 32 && 4 * 8 * (32 + GEMM_OUT_PAD) <= 2 * Q4_SCALE_GROUPS * Q4_TILE_ROWS,
               "gemm_q4: 4 simdgroups of 32 rows, their slabs in the staged scales' memory");
+static_assert(Q4_SCALE_GROUPS % Q4_SCALE_RUN == 0 && Q4_TILE_ROWS * Q4_SCALE_GROUPS % (Q4_SCALE_RUN * GEMM_THREADS) == 0 &&
+                  Q4_GATE_UP_TILE_ROWS * Q4_SCALE_GROUPS % (Q4_SCALE_RUN * GEMM_THREADS) == 0,
+              "stage_q4_scales: whole runs of scales per thread, for the 4-bit kernels' tiles");
 
 namespace {
 
