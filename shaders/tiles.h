@@ -422,11 +422,11 @@ inline uint q4_fragment_index(uint c) {
 
 // The stored bits of groups g .. g+Q4_SCALE_RUN-1 of a row of scales or biases (as load_scale reads
 // them: 16-bit values two to a word in x and y, f32 one to a word), groups past the row's last
-// repeating it: one 8- or 16-byte load when the run lies in the row and `vector` (rows of scales so
+// repeating it: one 8- or 16-byte load when the run lies in the row and `vector_loads` (rows of scales so
 // aligned), else one word per group.
-inline uint4 q4_scale_words(thread const WeightDesc& w, device const uchar* row, uint g, uint groups, bool vector) {
+inline uint4 q4_scale_words(thread const WeightDesc& w, device const uchar* row, uint g, uint groups, bool vector_loads) {
   const bool f32 = w.scale_type == SCALE_F32;
-  if (vector && g + Q4_SCALE_RUN <= groups) {
+  if (vector_loads && g + Q4_SCALE_RUN <= groups) {
     if (f32) return *(device const uint4*)(row + 4u * g);
     const uint2 v = *(device const uint2*)(row + 2u * g);
     return uint4(v.x, v.y, 0u, 0u);
@@ -460,13 +460,13 @@ inline void stage_q4_scales(thread const WeightDesc& w, device const uchar* scal
                             uint count, uint g0, threadgroup uint* staged, uint tid, uint threads) {
   constexpr uint RUNS_PER_ROW = Q4_SCALE_GROUPS / Q4_SCALE_RUN;
   const uint groups = w.cols / 64u, runs = count * RUNS_PER_ROW / threads;
-  const bool vector = w.scale_row_bytes % (w.scale_type == SCALE_F32 ? 16u : 8u) == 0u;
+  const bool vector_loads = w.scale_row_bytes % (w.scale_type == SCALE_F32 ? 16u : 8u) == 0u;
   uint4 sw[Q4_SCALE_RUNS_MAX], bw[Q4_SCALE_RUNS_MAX];
   for (uint i = 0; i < runs; ++i) {
     const uint f = tid + threads * i, r = f / RUNS_PER_ROW, g = g0 + Q4_SCALE_RUN * (f % RUNS_PER_ROW);
     const ulong row = ulong(min(row0 + r, w.rows - 1u));
-    sw[i] = q4_scale_words(w, scales + row * w.scale_row_bytes, g, groups, vector);
-    bw[i] = q4_scale_words(w, biases + row * w.scale_row_bytes, g, groups, vector);
+    sw[i] = q4_scale_words(w, scales + row * w.scale_row_bytes, g, groups, vector_loads);
+    bw[i] = q4_scale_words(w, biases + row * w.scale_row_bytes, g, groups, vector_loads);
   }
   for (uint i = 0; i < runs; ++i) {
     const uint f = tid + threads * i, r = f / RUNS_PER_ROW, s0 = Q4_SCALE_RUN * (f % RUNS_PER_ROW);
