@@ -439,14 +439,12 @@ inline uint4 q4_scale_words(thread const WeightDesc& w, device const uchar* row,
   return f32 ? uint4(bits[0], bits[1], bits[2], bits[3]) : uint4(bits[0] | (bits[1] << 16u), bits[2] | (bits[3] << 16u), 0u, 0u);
 }
 
-// Value e of a run of q4_scale_words, as a half in both halves of a word.
+// Value e of a run of q4_scale_words, as a half in both halves of a word (scale_in_word reads the word
+// that holds it, as if it were group e).
 inline uint q4_scale_pair(thread const WeightDesc& w, uint4 words, uint e) {
-  const uint word = e == 0u ? words.x : e == 1u ? words.y : e == 2u ? words.z : words.w;
-  const uint half_word = e < 2u ? words.x : words.y, bits = (e & 1u) != 0u ? half_word >> 16u : half_word & 0xffffu;
-  const float value = w.scale_type == SCALE_F32    ? as_type<float>(word)
-                      : w.scale_type == SCALE_BF16 ? as_type<float>(bits << 16u)
-                                                   : float(as_type<half>(ushort(bits)));
-  return 0x10001u * uint(as_type<ushort>(half(value)));
+  const uint f32_word = e == 0u ? words.x : e == 1u ? words.y : e == 2u ? words.z : words.w;
+  const uint word = w.scale_type == SCALE_F32 ? f32_word : e < 2u ? words.x : words.y;
+  return 0x10001u * uint(as_type<ushort>(half(scale_in_word(word, e, w.scale_type))));
 }
 
 // The scales and biases of groups g0 .. g0+Q4_SCALE_GROUPS-1 (clamped to the row's last) of weight rows
