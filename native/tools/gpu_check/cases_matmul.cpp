@@ -219,10 +219,11 @@ void add_matmul_cases(Cases& all) {
 
   // Groups of 4-bit matrices in groups of 64: x rounded once in fragment order for gemm_q4 when every
   // job takes it; when one does not (8-bit here), in stored order for gemm, the 4-bit batch included.
+  // Rows of 9 groups: two rounds of gemm_q4's staged scales (Q4_SCALE_GROUPS at a time).
   for (bool mixed : {false, true})
     add(std::string("matmul_group tiled q4") + (mixed ? " and q8" : ""), [mixed, tiled_tol](Ctx& c) {
-      const int n = 65, cols = 192, count = 6;
-      c.shape = std::string("6 matrices (") + (mixed ? "5 q4, the last q8" : "q4") + ") x 192, 65 tokens";
+      const int n = 65, cols = 576, count = 6;
+      c.shape = std::string("6 matrices (") + (mixed ? "5 q4, the last q8" : "q4") + ") x 576, 65 tokens";
       const int rows[] = {72, 8, 136, 64, 16, 24};
       std::vector<HostWeight> hw;
       for (int j = 0; j < count; ++j) hw.emplace_back(c.rng, mixed && j == count - 1 ? "q8" : "q4", rows[j], cols);

@@ -157,9 +157,11 @@ void add_moe_cases(Cases& all) {
                      TiledMoe{"q8", 16, DType::F16, 40, true, "route", 80, 48, 16},
                      TiledMoe{"q4", 64, DType::BF16, 200, true, "mixed", 64, 64, 32, 300},
                      // Groups of 64 throughout: the _q4_short builds (ragged row tiles of 128; a hidden
-                     // size of 9 groups, two rounds of staged scales), then the _q4 builds (more than 32
-                     // entries per expert on average; a bucket of every token, over 4 tiles of 64).
+                     // size, then an intermediate size, of 9 groups: two rounds of staged scales in
+                     // gate/up, then in down), then the _q4 builds (more than 32 entries per expert on
+                     // average; a bucket of every token, over 4 tiles of 64).
                      TiledMoe{"q4", 64, DType::BF16, 40, true, "route", 576, 64, 64, 6, 64},
+                     TiledMoe{"q4", 64, DType::BF16, 40, true, "mixed", 192, 576, 576, 6, 64},
                      TiledMoe{"q4", 64, DType::F16, 65, false, "mixed", 128, 192, 32, 6, 64},
                      TiledMoe{"q4", 64, DType::BF16, 230, true, "route", 576, 192, 64, 6, 64},
                      TiledMoe{"q4", 64, DType::F16, 150, false, "mixed", 320, 128, 32, 6, 64}})
