@@ -1,8 +1,12 @@
 // The MSL emulator's scheduler: every GPU thread of a threadgroup is a fiber with its own stack. A fiber
 // runs until it reaches a threadgroup barrier or a simdgroup collective (or returns); when no fiber
-// can run, the scheduler releases a simdgroup whose 32 lanes all wait at the same collective (computing
-// the collective), or the threadgroup when every thread waits at the same barrier. Anything else is an
-// error: a barrier or collective not reached by every thread, two call sites, or a deadlock.
+// can run, the scheduler releases one simdgroup whose 32 lanes all wait at the same collective
+// (computing the collective), or the threadgroup when every thread waits at the same barrier. Anything
+// else is an error: a barrier or collective not reached by every thread, two call sites, or a deadlock.
+// Released one at a time, in the order's simdgroup order (the first ready one; a random one in random
+// order), a simdgroup runs ahead of the others up to its next barrier, as a GPU's simdgroups may: so a
+// threadgroup memory word written by one simdgroup and used by another without a barrier between
+// them takes a different value in one of the orders.
 #if defined(__APPLE__)
 #define _XOPEN_SOURCE 700  // macOS keeps the (deprecated) ucontext functions behind this
 #endif
@@ -289,6 +293,7 @@ std::string thread_name(const Fiber& f) {
 void run_threadgroup(Scheduler& s, size_t count, const char* kernel) {
   std::vector<size_t> order(count);
   for (size_t i = 0; i < count; ++i) order[i] = tls_order == Order::Reverse ? count - 1 - i : i;
+  std::vector<size_t> sg_order(count / kSimdWidth);
   std::memset(s.tg_memory, 0xff, sizeof s.tg_memory);  // NaN poison: reading before writing shows
   s.tg_used = 0;
   for (auto& site : s.tg_sites) site = {0, 0};
@@ -305,9 +310,14 @@ void run_threadgroup(Scheduler& s, size_t count, const char* kernel) {
       s.resume(&f);
       if (!f.error.empty()) fail(f, f.error);
     }
-    // Every fiber waits or is done. Release the simdgroups whose lanes all wait at one collective.
+    // Every fiber waits or is done. Release one simdgroup whose lanes all wait at one collective: the
+    // first in the order's simdgroup order.
     bool progress = false;
-    for (size_t g = 0; g < count / kSimdWidth; ++g) {
+    const size_t simdgroups = count / kSimdWidth;
+    for (size_t g = 0; g < simdgroups; ++g) sg_order[g] = tls_order == Order::Reverse ? simdgroups - 1 - g : g;
+    if (tls_order == Order::Random) std::shuffle(sg_order.begin(), sg_order.begin() + ptrdiff_t(simdgroups), s.rng);
+    for (size_t i = 0; i < simdgroups; ++i) {
+      const size_t g = sg_order[i];
       Fiber* lanes[kSimdWidth];
       int at_collective = 0;
       for (int l = 0; l < kSimdWidth; ++l) {
@@ -332,6 +342,7 @@ void run_threadgroup(Scheduler& s, size_t count, const char* kernel) {
       if (!err.empty()) fail(*lanes[0], err + " at " + describe_site(*lanes[0]));
       for (Fiber* f : lanes) f->state = State::Runnable;
       progress = true;
+      break;
     }
     if (progress) continue;
     // Then the barrier: every thread must wait at the same one.

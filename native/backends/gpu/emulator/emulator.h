@@ -8,7 +8,9 @@
 namespace msl_emu {
 
 // The order in which the fibers of a threadgroup (and the threadgroups of a grid) run between
-// synchronisation points. A kernel that is missing a barrier computes a different result in one of them.
+// synchronisation points, and in which simdgroups waiting at collectives are released (one at a time,
+// so that it runs ahead of the others up to its next barrier). A kernel that is missing a barrier
+// computes a different result in one of them.
 enum class Order { Forward, Reverse, Random };
 
 const char* order_name(Order o);

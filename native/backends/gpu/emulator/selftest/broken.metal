@@ -19,6 +19,20 @@ kernel void with_barrier(device float* out [[buffer(0)]], uint i [[thread_index_
   out[i] = i > 0u ? tile[i - 1u] : 0.0f;
 }
 
+// Simdgroup 1 overwrites a word that simdgroup 0 reads, with collectives but no barrier between the
+// write and the read: simdgroup 0 reads the old word (1) when it runs ahead (forward order), the new
+// one (2) when simdgroup 1 does (reverse order), as on a GPU whose simdgroups run at their own pace.
+kernel void missing_barrier_across_simdgroups(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]],
+                                              uint sg [[simdgroup_index_in_threadgroup]],
+                                              uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float word[1];
+  if (i == 0u) word[0] = 1.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const float lanes = simd_sum(1.0f);
+  if (sg == 1u && lane == 0u) word[0] = 2.0f;
+  out[i] = simd_sum(1.0f) == lanes ? word[0] : 0.0f;
+}
+
 // Half the threadgroup returns before a barrier the other half waits at.
 kernel void barrier_not_reached(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
   if (i >= 32u) return;

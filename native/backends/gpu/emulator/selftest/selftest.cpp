@@ -64,6 +64,13 @@ int main() {
     check(launch(k::Id::with_barrier, 64, out, o).empty() && correct(),
           std::string("with the barrier: right in ") + msl_emu::order_name(o) + " order");
 
+  // A simdgroup runs ahead of the others up to its next barrier, so a word shared across simdgroups
+  // without a barrier takes a different value in forward and in reverse order.
+  check(launch(k::Id::missing_barrier_across_simdgroups, 64, out, Order::Forward).empty() && out[0] == 1.0f,
+        "missing barrier across simdgroups: simdgroup 0 runs ahead in forward order and reads the old word");
+  check(launch(k::Id::missing_barrier_across_simdgroups, 64, out, Order::Reverse).empty() && out[0] == 2.0f,
+        "missing barrier across simdgroups: simdgroup 1 runs ahead in reverse order and simdgroup 0 reads the new word");
+
   std::string e = launch(k::Id::barrier_not_reached, 64, out, Order::Forward);
   check(contains(e, "is not reached by thread 32 (it returned)"), "barrier not reached: " + e);
   e = launch(k::Id::two_barriers, 64, out, Order::Forward);
