@@ -293,7 +293,8 @@ std::string thread_name(const Fiber& f) {
 void run_threadgroup(Scheduler& s, size_t count, const char* kernel) {
   std::vector<size_t> order(count);
   for (size_t i = 0; i < count; ++i) order[i] = tls_order == Order::Reverse ? count - 1 - i : i;
-  std::vector<size_t> sg_order(count / kSimdWidth);
+  std::vector<size_t> sg_order(count / kSimdWidth);  // simdgroups in the order's order
+  for (size_t g = 0; g < sg_order.size(); ++g) sg_order[g] = tls_order == Order::Reverse ? sg_order.size() - 1 - g : g;
   std::memset(s.tg_memory, 0xff, sizeof s.tg_memory);  // NaN poison: reading before writing shows
   s.tg_used = 0;
   for (auto& site : s.tg_sites) site = {0, 0};
@@ -313,11 +314,8 @@ void run_threadgroup(Scheduler& s, size_t count, const char* kernel) {
     // Every fiber waits or is done. Release one simdgroup whose lanes all wait at one collective: the
     // first in the order's simdgroup order.
     bool progress = false;
-    const size_t simdgroups = count / kSimdWidth;
-    for (size_t g = 0; g < simdgroups; ++g) sg_order[g] = tls_order == Order::Reverse ? simdgroups - 1 - g : g;
-    if (tls_order == Order::Random) std::shuffle(sg_order.begin(), sg_order.begin() + ptrdiff_t(simdgroups), s.rng);
-    for (size_t i = 0; i < simdgroups; ++i) {
-      const size_t g = sg_order[i];
+    if (tls_order == Order::Random) std::shuffle(sg_order.begin(), sg_order.end(), s.rng);
+    for (size_t g : sg_order) {
       Fiber* lanes[kSimdWidth];
       int at_collective = 0;
       for (int l = 0; l < kSimdWidth; ++l) {
