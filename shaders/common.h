@@ -24,8 +24,10 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
 // The two halves of it: the 4-byte word that holds element g, and the element from that word (apart,
 // the word can be loaded a K-step ahead of its use: shaders/tiles.h).
 inline uint scale_word(uint g, uint type) { return type == SCALE_F32 ? g : g >> 1u; }
+// The bits of group g's 16-bit scale in the word that holds it (two to a word, the even group low).
+inline uint scale_bits16(uint word, uint g) { return (g & 1u) != 0u ? word >> 16 : word & 0xffffu; }
 inline float scale_in_word(uint word, uint g, uint type) {
-  const uint half_bits = (g & 1u) != 0u ? word >> 16 : word & 0xffffu;
+  const uint half_bits = scale_bits16(word, g);
   const float from16 = type == SCALE_BF16 ? as_type<float>(half_bits << 16) : float(as_type<half>(ushort(half_bits)));
   return type == SCALE_F32 ? as_type<float>(word) : from16;
 }

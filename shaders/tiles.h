@@ -434,7 +434,7 @@ inline uint4 q4_scale_words(thread const WeightDesc& w, device const uchar* row,
   uint bits[Q4_SCALE_RUN];
   for (uint e = 0; e < Q4_SCALE_RUN; ++e) {
     const uint ge = min(g + e, groups - 1u), word = load_scale_word(row, ge, w.scale_type);
-    bits[e] = f32 ? word : (ge & 1u) != 0u ? word >> 16u : word & 0xffffu;
+    bits[e] = f32 ? word : scale_bits16(word, ge);
   }
   return f32 ? uint4(bits[0], bits[1], bits[2], bits[3]) : uint4(bits[0] | (bits[1] << 16u), bits[2] | (bits[3] << 16u), 0u, 0u);
 }
