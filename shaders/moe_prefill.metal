@@ -113,7 +113,9 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
 
 // The tiles of the buckets for the expert kernels, numbered: tile s is tile i (rows p.tile_tokens·i ..)
 // of bucket e, tiles[1 + s] = e << 16 | i, in bucket order (the shared expert's, ceil(n / tile_tokens),
-// last); tiles[0] is their number. The expert kernels' launches cover the most tiles any routing can
+// last), with MOE_HALF_TILE set on a bucket's last tile when it holds at most tile_tokens / 2 rows (the
+// `_q4` builds run such a tile on half the rows: a bucket of 512 tokens x 8 / 256 experts = 16 entries on
+// average fills half a `_short` tile); tiles[0] is their number. The expert kernels' launches cover the most tiles any routing can
 // give (ceil(n·k / tile_tokens) + buckets), and their threadgroups past tiles[0] exit at once: far fewer
 // than one per (largest possible bucket, expert). One threadgroup; thread j takes buckets
 // MOE_TILE_LIST_PER_THREAD·j ..; their first tiles by one exclusive scan (simdgroup prefix sums, then one
@@ -123,11 +125,12 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
                           uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup uint simdgroup_totals[MOE_TILE_LIST_THREADS / 32];
   const uint buckets = p.experts + p.shared, T = p.tile_tokens;
-  uint count[MOE_TILE_LIST_PER_THREAD], mine = 0u;
+  uint count[MOE_TILE_LIST_PER_THREAD], half_last[MOE_TILE_LIST_PER_THREAD], mine = 0u;
   for (uint u = 0; u < MOE_TILE_LIST_PER_THREAD; ++u) {
     const uint e = MOE_TILE_LIST_PER_THREAD * tid + u, ec = min(e, p.experts - 1u);
     const uint rows = e == p.experts ? p.n : offsets[ec + 1u] - offsets[ec];
     count[u] = e < buckets ? (rows + T - 1u) / T : 0u;
+    half_last[u] = count[u] > 0u && rows - T * (count[u] - 1u) <= T / 2u ? MOE_HALF_TILE : 0u;
     mine += count[u];
   }
   const uint before_in_simdgroup = simd_prefix_exclusive_sum(mine);
@@ -143,7 +146,7 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
   uint at = simdgroup_totals[sg] + before_in_simdgroup;
   for (uint u = 0; u < MOE_TILE_LIST_PER_THREAD; ++u) {
     const uint e = MOE_TILE_LIST_PER_THREAD * tid + u;
-    for (uint i = 0; i < count[u]; ++i) tiles[1u + at + i] = (e << 16u) | i;
+    for (uint i = 0; i < count[u]; ++i) tiles[1u + at + i] = (e << 16u) | i | (i + 1u == count[u] ? half_last[u] : 0u);
     at += count[u];
   }
 }
@@ -160,6 +163,10 @@ struct Bucket {
 // reading them again: all but the affine build of GEMM_TILE_TOKENS rows, which holding them takes from
 // 128 to about 160 registers with CUDA (3 threadgroups per SM instead of 4: slower than the reads).
 inline bool keeps_scale_words(uint tokens, bool dense) { return dense || tokens != GEMM_TILE_TOKENS; }
+
+// A tile's number within its bucket, and whether moe_tile_list marked it half (MOE_HALF_TILE).
+inline uint tile_in_bucket(uint tile) { return tile & (MOE_HALF_TILE - 1u); }
+inline bool is_half_tile(device const uint* tiles, uint s) { return s < tiles[0] && (tiles[1u + s] & MOE_HALF_TILE) != 0u; }
 
 inline Bucket bucket_of(device const uint* offsets, uint e, uint experts, uint n) {
   const uint ec = min(e, experts - 1u);
@@ -192,7 +199,7 @@ inline void moe_gate_up_tile(
   if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
   const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = tokens * (tile & 0xffffu), i0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
+  const uint t0 = tokens * tile_in_bucket(tile), i0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
   const WeightDesc gd = pick_expert_weight(p.gate, p.sgate, b.shared);
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
@@ -312,8 +319,10 @@ inline void moe_gate_up_tile(
 }
 
 // The `_q4` builds of moe_gate_up_tiled for MLX 4-bit weights in groups of 64 (params.h,
-// Q4_GATE_UP_TILE_ROWS): tiles of `tokens` bucket rows (GEMM_TILE_TOKENS, or MOE_SHORT_TILE_TOKENS for
-// the `_short` build) by Q4_GATE_UP_TILE_ROWS gate and up rows; each simdgroup reads 16 gate rows and
+// Q4_GATE_UP_TILE_ROWS): tiles of `tile_tokens` bucket rows (GEMM_TILE_TOKENS, or MOE_SHORT_TILE_TOKENS
+// for the `_short` build) by Q4_GATE_UP_TILE_ROWS gate and up rows, of which the tile computes `tokens`
+// (tile_tokens, or half of it for a half tile: the kernels call this once per size, so that each call's
+// loops over the rows are unrolled for a known count); each simdgroup reads 16 gate rows and
 // the same 16 up rows straight into its fragments (simdgroup_q4_load) instead of through threadgroup
 // tiles, which every simdgroup of the 2x2 builds read twice, and applies SwiGLU to its own
 // accumulators. Same bindings and results as the other builds.
@@ -324,11 +333,11 @@ inline void moe_gate_up_q4_tile(
     device const uint4* x, device const uint* offsets, device const uint* entries, device ushort* h,
     device ushort* sh, constant MoeTiledParams& p, uint3 group, uint tid, uint sg, ushort lane,
     device const uint* tiles, threadgroup uint4* x_words, threadgroup uint* staged, threadgroup uint* row_of,
-    uint tokens) {
+    uint tile_tokens, uint tokens) {
   if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
   const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = tokens * (tile & 0xffffu), i0 = Q4_GATE_UP_TILE_ROWS * group.x;
+  const uint t0 = tile_tokens * tile_in_bucket(tile), i0 = Q4_GATE_UP_TILE_ROWS * group.x;
   const WeightDesc gd = pick_expert_weight(p.gate, p.sgate, b.shared);
   const WeightDesc ud = pick_expert_weight(p.up, p.sup, b.shared);
   if (t0 >= b.count || i0 >= gd.rows) return;  // the whole threadgroup: past the bucket or the rows
@@ -410,8 +419,12 @@ inline void moe_gate_up_q4_tile(
   threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
   threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // the gate's and the up's, then the slabs
   threadgroup uint row_of[GEMM_TILE_TOKENS];
-  moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg,
-                      ushort(lane), tiles, x_words, staged, row_of, GEMM_TILE_TOKENS);
+  if (is_half_tile(tiles, group.y))
+    moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid,
+                        sg, ushort(lane), tiles, x_words, staged, row_of, GEMM_TILE_TOKENS, GEMM_TILE_TOKENS / 2u);
+  else
+    moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid,
+                        sg, ushort(lane), tiles, x_words, staged, row_of, GEMM_TILE_TOKENS, GEMM_TILE_TOKENS);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(5) kernel void moe_gate_up_tiled_q4_short(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
@@ -428,8 +441,12 @@ inline void moe_gate_up_q4_tile(
   threadgroup uint4 x_words[TILE_WORDS(MOE_SHORT_TILE_TOKENS, GEMM_K)];
   threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // the gate's and the up's, then the slabs
   threadgroup uint row_of[MOE_SHORT_TILE_TOKENS];
-  moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid, sg,
-                      ushort(lane), tiles, x_words, staged, row_of, MOE_SHORT_TILE_TOKENS);
+  if (is_half_tile(tiles, group.y))
+    moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid,
+                        sg, ushort(lane), tiles, x_words, staged, row_of, MOE_SHORT_TILE_TOKENS, MOE_SHORT_TILE_TOKENS / 2u);
+  else
+    moe_gate_up_q4_tile(gw, gs, gb, uw, us, ub, sgw, sgs, sgb, suw, sus, sub, x, offsets, entries, h, sh, p, group, tid,
+                        sg, ushort(lane), tiles, x_words, staged, row_of, MOE_SHORT_TILE_TOKENS, MOE_SHORT_TILE_TOKENS);
 }
 
 // y[position, c] = weight(entry) · down_e[c] · h[position] for the entries of expert e's bucket (the
@@ -446,7 +463,7 @@ inline void moe_down_tile(
   if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
   const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = tokens * (tile & 0xffffu), c0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
+  const uint t0 = tokens * tile_in_bucket(tile), c0 = GEMM_TILE_ROWS * group.x, half_tokens = tokens / 2u;
   if (t0 >= b.count || c0 >= p.hidden) return;  // the whole threadgroup: past the bucket or the rows
 
   const WeightDesc dd = pick_expert_weight(p.down, p.sdown, b.shared);
@@ -560,20 +577,20 @@ inline void moe_down_tile(
                 x_words, w_words, staging, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS, false);
 }
 
-
-// The `_q4` builds of moe_down_tiled (as moe_gate_up_tiled_q4: tiles of `tokens` bucket rows by
-// Q4_TILE_ROWS output columns of the down projection, 32 per simdgroup read straight into its fragments).
+// The `_q4` builds of moe_down_tiled (as moe_gate_up_tiled_q4: tiles of `tile_tokens` bucket rows, `tokens`
+// of them computed, by Q4_TILE_ROWS output columns of the down projection, 32 per simdgroup read straight
+// into its fragments).
 inline void moe_down_q4_tile(
     device const uchar* dw, device const uchar* ds, device const uchar* db, device const uchar* sdw,
     device const uchar* sds, device const uchar* sdb, device const uint4* h, device const uint4* sh,
     device const uint* offsets, device const uint* entries, device const float* weights,
     device const float* gate_logit, device float* y, device float* ys, constant MoeTiledParams& p, uint3 group,
     uint tid, uint sg, ushort lane, threadgroup uint4* x_words, threadgroup uint* staged, device const uint* tiles,
-    threadgroup uint* row_of, threadgroup float* factor, uint tokens) {
+    threadgroup uint* row_of, threadgroup float* factor, uint tile_tokens, uint tokens) {
   if (group.y >= tiles[0]) return;  // the whole threadgroup: past the buckets' tiles
   const uint tile = tiles[1u + group.y], e = tile >> 16u, ec = min(e, p.experts - 1u);
   const Bucket b = bucket_of(offsets, e, p.experts, p.n);
-  const uint t0 = tokens * (tile & 0xffffu), c0 = Q4_TILE_ROWS * group.x;
+  const uint t0 = tile_tokens * tile_in_bucket(tile), c0 = Q4_TILE_ROWS * group.x;
   if (t0 >= b.count || c0 >= p.hidden) return;  // the whole threadgroup: past the bucket or the rows
 
   const WeightDesc dd = pick_expert_weight(p.down, p.sdown, b.shared);
@@ -646,8 +663,12 @@ inline void moe_down_q4_tile(
   threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
   threadgroup uint row_of[GEMM_TILE_TOKENS];
   threadgroup float factor[GEMM_TILE_TOKENS];
-  moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
-                   ushort(lane), x_words, staged, tiles, row_of, factor, GEMM_TILE_TOKENS);
+  if (is_half_tile(tiles, group.y))
+    moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
+                     ushort(lane), x_words, staged, tiles, row_of, factor, GEMM_TILE_TOKENS, GEMM_TILE_TOKENS / 2u);
+  else
+    moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
+                     ushort(lane), x_words, staged, tiles, row_of, factor, GEMM_TILE_TOKENS, GEMM_TILE_TOKENS);
 }
 
 [[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(5) kernel void moe_down_tiled_q4_short(device const uchar* dw [[buffer(0)]], device const uchar* ds [[buffer(1)]],
@@ -665,8 +686,12 @@ inline void moe_down_q4_tile(
   threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
   threadgroup uint row_of[MOE_SHORT_TILE_TOKENS];
   threadgroup float factor[MOE_SHORT_TILE_TOKENS];
-  moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
-                   ushort(lane), x_words, staged, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS);
+  if (is_half_tile(tiles, group.y))
+    moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
+                     ushort(lane), x_words, staged, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS, MOE_SHORT_TILE_TOKENS / 2u);
+  else
+    moe_down_q4_tile(dw, ds, db, sdw, sds, sdb, h, sh, offsets, entries, weights, gate_logit, y, ys, p, group, tid, sg,
+                     ushort(lane), x_words, staged, tiles, row_of, factor, MOE_SHORT_TILE_TOKENS, MOE_SHORT_TILE_TOKENS);
 }
 
 // out[t, c] = Σ_s y[positions[t·k + s], c] in slot order, then + ys[t, c] with the shared expert (the

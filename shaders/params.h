@@ -263,6 +263,9 @@ struct MoeParams {
 // Groups of scales one thread of stage_q4_scales reads from a row at once (8 or 16 bytes).
 #define Q4_SCALE_RUN 4u
 // moe_tile_list: one threadgroup of MOE_TILE_LIST_THREADS, MOE_TILE_LIST_PER_THREAD buckets per thread.
+// MOE_HALF_TILE marks a listed tile that holds at most half its rows (tiles of a bucket are numbered
+// below it).
+#define MOE_HALF_TILE 0x8000u
 #define MOE_TILE_LIST_THREADS 512
 #define MOE_TILE_LIST_PER_THREAD 2u
 #define MOE_SCAN_THREADS 1024

@@ -45,11 +45,19 @@ done
 [[ ${#variants[@]} -gt 0 ]] || { echo "prefill-ab.sh: give at least one variant (see --help)" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "prefill-ab.sh: --rounds takes a positive count, got '$rounds'" >&2; exit 2; }
 [[ $prompts =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "prefill-ab.sh: --prompts takes token counts like 512,4096, got '$prompts'" >&2; exit 2; }
+# Each variant's patches in order: each checked (dry run) on top of the ones before it, applied, and
+# all of them reversed again.
 for v in "${variants[@]}"; do
+  done_parts=()
   for p in ${v//+/ }; do
-    [[ -f $p ]] || { echo "prefill-ab.sh: no patch file '$p'" >&2; exit 2; }
-    patch -p1 --dry-run -s < "$p" > /dev/null || { echo "prefill-ab.sh: '$p' does not apply to the working tree" >&2; exit 2; }
+    [[ -f $p ]] || problem="no patch file '$p'"
+    [[ -n ${problem:-} ]] || patch -p1 --dry-run -s < "$p" > /dev/null || problem="'$p' does not apply to the working tree${done_parts[*]:+ after ${done_parts[*]}}"
+    [[ -z ${problem:-} ]] || break
+    patch -p1 -s < "$p"
+    done_parts+=("$p")
   done
+  for ((j = ${#done_parts[@]} - 1; j >= 0; j--)); do patch -p1 -R -s < "${done_parts[$j]}"; done
+  [[ -z ${problem:-} ]] || { echo "prefill-ab.sh: $problem" >&2; exit 2; }
 done
 [[ -f "$synth/config.json" || -f .synth/full.json ]] ||
   { echo "prefill-ab.sh: $synth has no checkpoint and .synth/full.json is missing (see docs/metal.md)" >&2; exit 2; }

@@ -173,6 +173,8 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   const uint32_t down_rows = q4_tiles ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
   // The buckets' tiles listed on the device; the launches cover the most a routing can give.
   p.tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
+  if (ceil_div(p.n, p.tile_tokens) >= MOE_HALF_TILE)  // a bucket's tiles are numbered below the flag
+    fail("gpu backend: a chunk of ", n, " tokens has more tiles per expert than the MoE kernels number");
   const uint32_t max_tiles =
       ceil_div(size_t(p.n) * p.k, p.tile_tokens) + p.experts + (p.shared ? ceil_div(p.n, p.tile_tokens) : 0);
   scratch(moe_tiles_, size_t(max_tiles) + 1);
