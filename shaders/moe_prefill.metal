@@ -114,12 +114,12 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
 // The tiles of the buckets for the expert kernels, numbered: tile s is tile i (rows p.tile_tokens·i ..)
 // of bucket e, tiles[1 + s] = e << 16 | i, in bucket order (the shared expert's, ceil(n / tile_tokens),
 // last), with MOE_HALF_TILE set on a bucket's last tile when it holds at most tile_tokens / 2 rows (the
-// `_q4` builds run such a tile on half the rows: a bucket of 512 tokens x 8 / 256 experts = 16 entries on
-// average fills half a `_short` tile); tiles[0] is their number. The expert kernels' launches cover the most tiles any routing can
-// give (ceil(n·k / tile_tokens) + buckets), and their threadgroups past tiles[0] exit at once: far fewer
-// than one per (largest possible bucket, expert). One threadgroup; thread j takes buckets
-// MOE_TILE_LIST_PER_THREAD·j ..; their first tiles by one exclusive scan (simdgroup prefix sums, then one
-// over the simdgroups' totals).
+// `_q4` builds run such a tile on half the rows: a bucket of 512 tokens x 8 / 256 experts = 16 entries
+// on average fills half a `_short` tile); tiles[0] is their number. The expert kernels' launches cover
+// the most tiles any routing can give (ceil(n·k / tile_tokens) + buckets), and their threadgroups past
+// tiles[0] exit at once: far fewer than one per (largest possible bucket, expert). One threadgroup;
+// thread j takes buckets MOE_TILE_LIST_PER_THREAD·j ..; their first tiles by one exclusive scan
+// (simdgroup prefix sums, then one over the simdgroups' totals).
 [[max_total_threads_per_threadgroup(MOE_TILE_LIST_THREADS)]] kernel void moe_tile_list(device const uint* offsets [[buffer(0)]], device uint* tiles [[buffer(1)]],
                           constant MoeTiledParams& p [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
                           uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
