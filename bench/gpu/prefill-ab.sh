@@ -45,19 +45,21 @@ done
 [[ ${#variants[@]} -gt 0 ]] || { echo "prefill-ab.sh: give at least one variant (see --help)" >&2; exit 2; }
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "prefill-ab.sh: --rounds takes a positive count, got '$rounds'" >&2; exit 2; }
 [[ $prompts =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "prefill-ab.sh: --prompts takes token counts like 512,4096, got '$prompts'" >&2; exit 2; }
-# Each variant's patches in order: each checked (dry run) on top of the ones before it, applied, and
-# all of them reversed again.
+apply() { local p; for p in ${1//+/ }; do patch -p1 -s < "$p"; done; }
+reverse() { local p; for p in $(tr '+' '\n' <<< "$1" | tac); do patch -p1 -R -s < "$p"; done; }
+applied=""  # the patches now applied ('+'-joined), reversed on exit: the working tree as it was
+trap '[[ -z $applied ]] || reverse "$applied"' EXIT
+# Each variant's patches in order, each checked (dry run) on top of the ones before it.
 for v in "${variants[@]}"; do
-  done_parts=()
   for p in ${v//+/ }; do
-    [[ -f $p ]] || problem="no patch file '$p'"
-    [[ -n ${problem:-} ]] || patch -p1 --dry-run -s < "$p" > /dev/null || problem="'$p' does not apply to the working tree${done_parts[*]:+ after ${done_parts[*]}}"
-    [[ -z ${problem:-} ]] || break
-    patch -p1 -s < "$p"
-    done_parts+=("$p")
+    [[ -f $p ]] || { echo "prefill-ab.sh: no patch file '$p'" >&2; exit 2; }
+    patch -p1 --dry-run -s < "$p" > /dev/null ||
+      { echo "prefill-ab.sh: '$p' does not apply to the working tree${applied:+ after $applied}" >&2; exit 2; }
+    apply "$p"
+    applied=${applied:+$applied+}$p
   done
-  for ((j = ${#done_parts[@]} - 1; j >= 0; j--)); do patch -p1 -R -s < "${done_parts[$j]}"; done
-  [[ -z ${problem:-} ]] || { echo "prefill-ab.sh: $problem" >&2; exit 2; }
+  reverse "$applied"
+  applied=""
 done
 [[ -f "$synth/config.json" || -f .synth/full.json ]] ||
   { echo "prefill-ab.sh: $synth has no checkpoint and .synth/full.json is missing (see docs/metal.md)" >&2; exit 2; }
@@ -75,11 +77,7 @@ build_dir=build/cuda-ab
 cmake -S native -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DMOELENS_CUDA=ON -DMOELENS_GPU_CHECK=ON \
   -DMOELENS_METAL=OFF -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" > "$out/build.log" 2>&1
 build() { cmake --build "$build_dir" -j "$(nproc)" --target moelens-gpu-bench >> "$out/build.log" 2>&1; }
-apply() { local p; for p in ${1//+/ }; do patch -p1 -s < "$p"; done; }
-reverse() { local p; for p in $(tr '+' '\n' <<< "$1" | tac); do patch -p1 -R -s < "$p"; done; }
 
-applied=""
-trap '[[ -z $applied ]] || reverse "$applied"' EXIT  # the working tree as it was, whatever happens
 names=(tree)
 build || { stamp "the tree does not build (see $out/build.log)"; exit 1; }
 cp "$build_dir/moelens-gpu-bench" "$out/bin/tree"
