@@ -500,8 +500,8 @@ inline void q4_products(threadgroup const half* xt, thread const simdgroup_q4_bl
     simdgroup_q4_scales_load(s[2u + j], scale_bias_23 + 16u * j, lane);
   }
   // Unrolled, so that each block's byte selection and fragment addresses are constants (the 4-bit
-  // kernels' registers are capped by MIN_RESIDENT_THREADGROUPS; with CUDA, sm_90, only the down `_short`
-  // build spills, 16 bytes, and it measured faster so).
+  // kernels' registers are capped by MIN_RESIDENT_THREADGROUPS; with CUDA, sm_90, only the gate/up `_q4`
+  // build spills, 8 bytes).
 #pragma unroll
   for (uint block = 0; block < 4u; ++block) {
     simdgroup_half8x8 w[8];  // w[2j], w[2j + 1]: row block j, k halves 0 and 1
