@@ -17,7 +17,8 @@ Usage: bench/gpu/prefill-ab.sh [--out DIR] [--synth DIR] [--rounds N] [--prompts
   --synth DIR    the synthetic checkpoint, written from .synth/full.json if DIR has none (default /tmp/synth)
   --rounds N     rounds of every build (default 3)
   --prompts N,N  prompt lengths (default 512,4096)
-  --profile      after the rounds, a per-kernel profile of every build (MOELENS_CUDA_PROFILE=1)
+  --profile      after the rounds, a per-kernel profile of every build (MOELENS_CUDA_PROFILE=1) and a
+                 table of the main kernels' time per launch by build (OUT/kernels.txt)
 
 Run from the repository root; the working tree is left as it was. Needs cmake, nvcc, patch and
 python3 with numpy (for the checkpoint).
@@ -131,4 +132,36 @@ if [[ $profile == 1 ]]; then
       --compare-max 0 > "$out/$name-profile.txt" 2>&1 || stamp "$name: profile failed"
   done
   stamp "profiles in $out/*-profile.txt"
+  # Per prompt length, µs per launch of each kernel that takes at least 1 % of some build's profiled
+  # time, by build (launches as the tree counts them), and each build's profiled total.
+  python3 - "$out" "${names[@]}" <<'PY' | tee "$out/kernels.txt"
+import re, sys
+out, names = sys.argv[1], sys.argv[2:]
+per = {}  # build -> tokens -> kernel -> (launches, ms, us)
+for name in names:
+    try:
+        text = open(f"{out}/{name}-profile.txt").read()
+    except OSError:
+        continue
+    for block in re.split(r"^runtime, fp16, ", text, flags=re.M)[1:]:
+        tokens = int(block.split(" ", 1)[0])
+        rows = re.findall(r"^\s+(\S+)\s+(\d+) launches\s+([\d.]+) ms GPU\s+([\d.]+) us each", block, re.M)
+        per.setdefault(name, {})[tokens] = {k: (int(c), float(ms), float(us)) for k, c, ms, us in rows}
+if "tree" not in per:
+    sys.exit("prefill-ab.sh: no profile of the tree to compare")
+for tokens in per["tree"]:
+    builds = [per.get(n, {}).get(tokens, {}) for n in names]
+    main = {}
+    for b in builds:
+        total = sum(ms for _, ms, _ in b.values())
+        for kernel, (_, ms, _) in b.items():
+            if ms >= 0.01 * total:
+                main[kernel] = max(main.get(kernel, 0.0), ms)
+    print(f"\n{f'{tokens} tokens, us per launch':40s}" + "".join(f" | {n:>9s}" for n in names))
+    for kernel in sorted(main, key=lambda k: -main[k]):
+        count = per["tree"][tokens].get(kernel, (0, 0.0, 0.0))[0]
+        cells = [f"{b[kernel][2]:9.1f}" if kernel in b else f"{'-':>9s}" for b in builds]
+        print(f"  {kernel[:30]:30s} x{count:<6d}" + "".join(f" | {c}" for c in cells))
+    print(f"  {'all kernels, ms':38s}" + "".join(f" | {sum(ms for _, ms, _ in b.values()):9.2f}" for b in builds))
+PY
 fi
