@@ -85,6 +85,44 @@ describe("moelens-gpu-bench agree on the emulator", () => {
   });
 });
 
+describe("moelens-gpu-bench prefill on the emulator", () => {
+  test("prints the routing each prompt length gave, within what top-k routing allows", () => {
+    const n = 20;
+    const r = run(path.join(buildDir, "moelens-gpu-bench"), [
+      "prefill", "models/moelens-tiny", "--backend", "emulator", "--prompts", String(n), "--repeat", "1", "--compare-max", "0",
+    ]);
+    expect(r.status, r.out).toBe(0);
+    const cfg = JSON.parse(fs.readFileSync(path.join(root, "models", "moelens-tiny", "config.json"), "utf8"));
+    const text = cfg.text_config ?? cfg;
+    const experts: number = text.num_experts, k: number = text.num_experts_per_tok;
+    const m = new RegExp(
+      `^routing, ${n} tokens: (\\d+)-(\\d+) of ${experts} experts used per layer, largest bucket (\\d+)-(\\d+) entries \\(mean ([\\d.]+)\\)$`,
+      "m",
+    ).exec(r.out);
+    expect(m, r.out).not.toBeNull();
+    const [usedLo, usedHi, largestLo, largestHi, mean] = m!.slice(1).map(Number);
+    expect(mean).toBeCloseTo((n * k) / experts, 1);
+    // Each token picks k distinct experts: at least k are used, a bucket holds at most n entries, and
+    // the largest bucket is at least the mean.
+    expect(usedLo).toBeGreaterThanOrEqual(k);
+    expect(usedLo).toBeLessThanOrEqual(usedHi);
+    expect(usedHi).toBeLessThanOrEqual(experts);
+    expect(largestLo).toBeGreaterThanOrEqual(Math.ceil(mean));
+    expect(largestLo).toBeLessThanOrEqual(largestHi);
+    expect(largestHi).toBeLessThanOrEqual(n);
+  });
+
+  test.each([
+    [["--repeat", "0"], /--repeat takes 1 or more/],
+    [["--prompts", "512,x"], /--prompts takes a number, got 'x'/],
+    [["--prompts", "0"], /--prompts takes token counts of 1 or more/],
+  ])("refuses %j with a message naming the option", (args, message) => {
+    const r = run(path.join(buildDir, "moelens-gpu-bench"), ["prefill", "models/moelens-tiny", "--backend", "emulator", ...args]);
+    expect(r.status, r.out).toBe(2);
+    expect(r.out).toMatch(message);
+  });
+});
+
 describe("the lint of the portable MSL subset", () => {
   const cases: [string, string][] = [
     ["double", "kernel void k(device float* x [[buffer(0)]]) { double d = 1.0; x[0] = float(d); }"],

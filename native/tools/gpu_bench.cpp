@@ -19,9 +19,12 @@
 // in fp16 (the tiled kernels) and, up to --compare-max tokens, fp32 (the decode kernels), as tok/s and as the fraction of the given
 // tensor-core peak that the model's matrix work makes (2 flops per weight a token meets, experts k/E of
 // theirs, the lm_head once; attention 4 x heads x head_dim per cached position); the shortest prompt at
-// which fp16 is faster is the tiled kernels' threshold (PREFILL_MIN_TOKENS).
+// which fp16 is faster is the tiled kernels' threshold (PREFILL_MIN_TOKENS). For a mixture-of-experts
+// model it also prints the routing each length gave (the experts used per layer and the largest
+// bucket against the mean): the MoE kernels' work depends on it, not only on the length.
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -200,6 +203,32 @@ double prefill_flops(const Model& m, int n, int pos0) {
   return per_token * n + attention + mm(w.lm_head);
 }
 
+// How one prefill of `ids` routes: per layer, the experts that receive entries and the largest bucket,
+// as ranges over the layers, against the mean bucket (n · k / experts).
+std::string routing_summary(const Model& model, const std::vector<int32_t>& ids) {
+  const ModelConfig& c = model.config();
+  ForwardOptions options;
+  options.logits = LogitsMode::None;
+  options.capture.names = {"blocks.*.moe.topk_ids"};
+  Session s(model);
+  const ForwardResult r = s.forward(ids.data(), int(ids.size()), options);
+  int used_lo = c.num_experts, used_hi = 0, largest_lo = INT_MAX, largest_hi = 0;
+  for (const Captured& cap : r.captures) {
+    std::vector<int> count(size_t(c.num_experts), 0);
+    for (int32_t e : cap.i32)
+      if (e >= 0 && e < c.num_experts) ++count[size_t(e)];
+    const int used = int(std::count_if(count.begin(), count.end(), [](int x) { return x > 0; }));
+    const int largest = *std::max_element(count.begin(), count.end());
+    used_lo = std::min(used_lo, used), used_hi = std::max(used_hi, used);
+    largest_lo = std::min(largest_lo, largest), largest_hi = std::max(largest_hi, largest);
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%d-%d of %d experts used per layer, largest bucket %d-%d entries (mean %.1f)",
+                used_lo, used_hi, c.num_experts, largest_lo, largest_hi,
+                double(ids.size()) * c.experts_per_token / c.num_experts);
+  return line;
+}
+
 int prefill(const Options& o) {
   BackendOptions options;
   options.precision = "fp16";
@@ -230,6 +259,8 @@ int prefill(const Options& o) {
       // per launch (under MOELENS_CUDA_PROFILE=1, the time per kernel).
       if (p == 0) std::printf("runtime, fp16, %d tokens: %s\n", n, gpu->runtime().stats().c_str());
     }
+    gpu->set_precision(gpu::Precision::F16);
+    if (model->config().num_experts > 0) std::printf("routing, %d tokens: %s\n", n, routing_summary(*model, ids).c_str());
     const double tflops = prefill_flops(*model, n, 0) / best[0] / 1e12;
     if (n <= o.compare_max)
       std::printf("%7d | %10.1f | %8.3f | %7.1f | %5.1f %% | %10.1f | %.2fx\n", n, n / best[0], best[0] * 1e3, tflops,
@@ -412,6 +443,17 @@ std::string backend_list() {
   return s;
 }
 
+// A number argument of `option`; exits 2 with a message naming the option when it is not one.
+double parse_number(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) {
+    std::fprintf(stderr, "moelens-gpu-bench: %s takes a number, got '%s'\n", option.c_str(), text.c_str());
+    std::exit(2);
+  }
+  return v;
+}
+
 void usage() {
   std::printf(
       "usage: moelens-gpu-bench speed DIR [--backend NAME] [--precision P] [--prompt N] [--decode N] [--warmup N] [--peak-gbps G]\n"
@@ -433,7 +475,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s needs a value\n", a.c_str());
         std::exit(2);
       }
-      return std::stod(argv[++i]);
+      return parse_number(a, argv[++i]);
     };
     if (a == "--help" || a == "-h") return usage(), 0;
     if (a == "--backend" && i + 1 < argc) o.backend = argv[++i];
@@ -448,13 +490,25 @@ int main(int argc, char** argv) {
     else if (a == "--prompts" && i + 1 < argc) {
       o.prompts.clear();
       std::stringstream list(argv[++i]);
-      for (std::string v; std::getline(list, v, ',');) o.prompts.push_back(std::stoi(v));
+      for (std::string v; std::getline(list, v, ',');) o.prompts.push_back(int(parse_number(a, v)));
     }
     else if (a == "--peak-gbps") o.peak_gbps = number();
     else if (o.mode.empty()) o.mode = a;
     else o.dirs.push_back(a);
   }
   if ((o.mode != "speed" && o.mode != "agree" && o.mode != "prefill") || o.dirs.empty()) return usage(), 2;
+  const char* wrong = o.prompt < 1 ? "--prompt takes 1 token or more"
+                      : o.positions < 1 ? "--positions takes 1 or more"
+                      : o.repeat < 1 ? "--repeat takes 1 or more (a warm-up run comes before them)"
+                      : o.warmup < 0 ? "--warmup takes 0 or more"
+                      : o.prompts.empty() || *std::min_element(o.prompts.begin(), o.prompts.end()) < 1
+                          ? "--prompts takes token counts of 1 or more, like 512,4096"
+                      : !(o.peak_gbps > 0 && o.peak_tflops > 0) ? "--peak-gbps and --peak-tflops take positive values"
+                                                                  : nullptr;
+  if (wrong) {
+    std::fprintf(stderr, "moelens-gpu-bench: %s\n", wrong);
+    return 2;
+  }
   try {
     return o.mode == "speed" ? speed(o) : o.mode == "prefill" ? prefill(o) : agree(o);
   } catch (const std::exception& e) {
