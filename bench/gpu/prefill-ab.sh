@@ -3,8 +3,8 @@
 # '+'), in alternating rounds, on a CUDA machine without Node: builds the tree, then each variant in the
 # same build folder (patch applied, build repeated, patch reversed), writes the synthetic checkpoint
 # if it is not there yet, and runs `moelens-gpu-bench prefill` on every build in turn, round after
-# round, so that drifts of the GPU's clock fall on all of them alike. Prints each build's mean tok/s
-# and its ratio to the tree; with --profile, also a per-kernel profile of each build.
+# round, so that drifts of the GPU's clock fall on all of them alike. Prints each build's mean tok/s,
+# its ratio to the tree and the routing it gave; with --profile, also a per-kernel profile of each build.
 set -euo pipefail
 
 usage() {
@@ -123,6 +123,16 @@ for name in names:
     ratios = [means[name].get(n, 0.0) / means["tree"][n] for n in lengths]
     print(f"{name:10s} " + "".join(f"| {means[name].get(n, 0.0):13.1f} " for n in lengths) +
           "| " + " ".join(f"{100 * (x - 1):+.1f} %" for x in ratios))
+# The routing each build gave in its first round: the MoE kernels' time depends on it, so a build that
+# routes otherwise is not timed on the same work.
+for n in lengths:
+    print(f"routing at {n} tokens:")
+    for name in names:
+        try:
+            m = re.search(rf"^routing, {n} tokens: (.*)$", open(f"{out}/{name}-round1.txt").read(), re.M)
+        except OSError:
+            m = None
+        print(f"  {name:10s} {m.group(1) if m else '-'}")
 PY
 for i in "${!variants[@]}"; do echo "variant$((i + 1)): ${variants[$i]}"; done | tee -a "$out/means.txt"
 
