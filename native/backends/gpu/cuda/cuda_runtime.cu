@@ -207,6 +207,8 @@ class CudaRuntime final : public Runtime {
   }
 
   void reset_stats() override {
+    timed_.clear();  // launches not yet collected by finish() are not counted either
+    graph_launches_pending_ = 0;
     launched_ = graph_launches_ = builds_ = node_updates_ = 0;
     host_submit_s_ = graph_gpu_ms_ = 0;
     std::fill(std::begin(kernel_ms_), std::end(kernel_ms_), 0.0);
