@@ -259,7 +259,7 @@ int prefill(const Options& o) {
       // time per launch (under MOELENS_CUDA_PROFILE=1, the time per kernel).
       if (p == 0) std::printf("runtime, fp16, %d tokens: %s\n", n, gpu->runtime().stats().c_str());
     }
-    gpu->set_precision(gpu::Precision::F16);
+    gpu->set_precision(gpu::Precision::F16);  // the routing run's, and the model's after the last length
     if (model->config().num_experts > 0) std::printf("routing, %d tokens: %s\n", n, routing_summary(*model, ids).c_str());
     const double tflops = prefill_flops(*model, n, 0) / best[0] / 1e12;
     if (n <= o.compare_max)
@@ -270,7 +270,6 @@ int prefill(const Options& o) {
                   100.0 * tflops / o.peak_tflops);
     if (!threshold && best[0] < best[1]) threshold = n;
   }
-  gpu->set_precision(gpu::Precision::F16);
   std::printf("shortest prompt at which the tiled kernels are faster: %d (PREFILL_MIN_TOKENS is %u)\n", threshold,
               unsigned(PREFILL_MIN_TOKENS));
   return 0;
