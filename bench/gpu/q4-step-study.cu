@@ -1,0 +1,244 @@
+// Design study of the 4-bit expert kernels' K-step (moe_gate_up_tiled_q4_short's shape: threadgroups of
+// 4 warps, each 4 blocks of 8 weight rows read straight into B fragments and dequantised in half
+// arithmetic, tiles of 16 or 32 gathered token rows, K = 2,048 in 32 steps of 64 columns), timed on an
+// expert layer's bytes (two layers, more than 10x the L2) with the arithmetic the kernel does, in two
+// structures:
+//   tile     as the kernels are: each step's activations fetched one step ahead into registers,
+//            stored into a threadgroup tile, a barrier, A fragments by ldmatrix, the products, a barrier
+//   direct   no threadgroup memory and no barriers: each warp loads its own A fragments from global
+//            memory one step ahead, from activation rows stored so that a lane's 16 values of a step
+//            are 32 contiguous bytes (a permutation within each 64-column block that the writer of
+//            the rows would apply), so the 4 warps of a threadgroup each read the same rows (L1 hits)
+// and two bounds: "arithmetic only" (the dequantisation and products on fixed fragments, no global
+// loads) and "loads only" (direct's loads, no arithmetic); the tile structure also with 8 row blocks per
+// warp (128 + 128 rows per threadgroup: each activation read feeds twice the weights). Scales and
+// biases are constants here (the kernels stage them per 8 steps), and the rows are gathered without
+// the kernels' bucket lookups. The values are meaningless; only the time is measured. What the H200
+// measured: docs/reports/2026-12-03-h200-prompt-stall-sampling.md.
+//
+//   nvcc -O3 -arch=sm_90 -o /tmp/q4-step-study bench/gpu/q4-step-study.cu && /tmp/q4-step-study
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define CHECK(x)                                                                      \
+  do {                                                                                \
+    cudaError_t e = (x);                                                              \
+    if (e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+constexpr int kExperts = 512;  // two layers of 256
+constexpr int kRows = 512;     // gate rows (and up rows) per expert
+constexpr int kK = 2048;
+constexpr int kRowBytes = kK / 2;
+constexpr int kSteps = kK / 64;
+constexpr int kTokens = 512;   // activation rows
+constexpr size_t kMatrixBytes = size_t(kRows) * kRowBytes;
+constexpr size_t kWeightBytes = size_t(kExperts) * 2 * kMatrixBytes;
+constexpr int kLd = 64 + 8;  // the tile's halfs per row
+
+enum Mode { Tile, Direct, ArithmeticOnly, LoadsOnly };
+
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+  return d;
+}
+// The B fragments of k block `block` of one 8-row block (as msl.h's simdgroup_q4_dequantize).
+__device__ __forceinline__ void dequant(uint2 q, int block, __half2 s, __half2 b, uint32_t& w0, uint32_t& w1) {
+  const uint32_t byte = 4u * (block >> 1) + (block & 1);
+  const uint32_t word = __byte_perm(q.x, q.y, byte | ((byte + 2u) << 8));
+  const uint32_t p0 = lop3_and_or(word, 0x000F000Fu, 0x64006400u), p1 = lop3_and_or(word, 0x00F000F0u, 0x54005400u);
+  const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
+  const __half2 k64 = __halves2half2(__ushort_as_half(0x5400u), __ushort_as_half(0x5400u));
+  const __half2 r0 = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&p0), k1024), s, b);
+  const __half2 r1 = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&p1), k64), s, b);
+  w0 = *reinterpret_cast<const uint32_t*>(&r0);
+  w1 = *reinterpret_cast<const uint32_t*>(&r1);
+}
+__device__ __forceinline__ void mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm4(uint32_t* a, const __half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(uint32_t(__cvta_generic_to_shared(p))));
+}
+
+// Threadgroup (row tile, expert): Tokens gathered rows (token (expert·7 + tile·Tokens + i) mod kTokens);
+// each warp RB blocks of 8 rows, half of the gate and half of the up (RB 4: 64 + 64 rows per threadgroup,
+// as the kernels; RB 8: 128 + 128, so that each activation read feeds twice the weights).
+template <int Tokens, Mode M, int RB>
+__global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x, float* out) {
+  constexpr int Pairs = Tokens / 16;  // pairs of 8-token blocks
+  __shared__ __align__(16) __half tile[Tokens * kLd];
+  __shared__ int row_of[Tokens];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int expert = blockIdx.y;
+  if (tid < Tokens) row_of[tid] = (expert * 7 + blockIdx.x * Tokens + tid) % kTokens;
+  __syncthreads();
+  const uint8_t* gate = w + size_t(expert) * 2 * kMatrixBytes;
+  const uint8_t* up = gate + kMatrixBytes;
+  const int r0 = 16 * RB * blockIdx.x + 4 * RB * warp;  // the warp's first gate (and up) row
+  const uint8_t* rows[RB];
+#pragma unroll
+  for (int j = 0; j < RB; ++j) rows[j] = (j < RB / 2 ? gate : up) + size_t(r0 + 8 * (j % (RB / 2))) * kRowBytes;
+  auto weights = [&](int s, uint2* q) {
+#pragma unroll
+    for (int j = 0; j < RB; ++j) q[j] = *(const uint2*)(rows[j] + (lane >> 2) * kRowBytes + 32 * s + 8 * (lane & 3));
+  };
+  // tile: this thread's run of 8 halfs of the step (Tokens x 64 halfs over 128 threads: Tokens / 16 runs).
+  constexpr int Runs = Tokens * 8 / 128;
+  auto runs = [&](int s, uint4* r) {
+#pragma unroll
+    for (int i = 0; i < Runs; ++i) {
+      const int q = tid + 128 * i;
+      r[i] = x[(size_t(row_of[q / 8]) * kK + 64 * s + 8 * (q % 8)) / 8];
+    }
+  };
+  // direct: the lane's A values of the step for its rows g and g + 8 of each pair: 2 x 32 bytes each.
+  auto direct = [&](int s, uint4* a) {
+#pragma unroll
+    for (int p = 0; p < Pairs; ++p)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const size_t row = row_of[16 * p + 8 * h + (lane >> 2)];
+        const uint4* at = x + (row * kK + 64 * s + 16 * (lane & 3)) / 8;
+        a[4 * p + 2 * h] = at[0];
+        a[4 * p + 2 * h + 1] = at[1];
+      }
+  };
+  const __half2 sc = __float2half2_rn(0.01f), bi = __float2half2_rn(-0.07f);
+  float acc[Pairs][RB][4] = {};
+  uint2 q[RB], qn[RB];
+  uint4 r[Runs > 0 ? Runs : 1], a[4 * Pairs];
+  if (M != ArithmeticOnly) weights(0, q);
+  else
+    for (int j = 0; j < RB; ++j) q[j] = make_uint2(0x12345678u * (lane + j), 0x9abcdef0u ^ lane);
+  if (M == Tile) runs(0, r);
+  if (M == Direct || M == LoadsOnly) direct(0, a);
+  if (M == ArithmeticOnly)
+    for (int i = 0; i < 4 * Pairs; ++i) a[i] = make_uint4(0x3c003c00u, lane, i, 0x3c00u);
+#pragma unroll 1
+  for (int s = 0; s < kSteps; ++s) {
+    const int next = s + 1 < kSteps ? s + 1 : s;
+    uint4 an[4 * Pairs];
+    if (M == Tile) {
+#pragma unroll
+      for (int i = 0; i < Runs; ++i) {
+        const int qi = tid + 128 * i;
+        *(uint4*)(tile + (qi / 8) * kLd + 8 * (qi % 8)) = r[i];
+      }
+      __syncthreads();
+      runs(next, r);
+    }
+    if (M == Direct || M == LoadsOnly) direct(next, an);
+    if (M != ArithmeticOnly) weights(next, qn);
+    if (M == LoadsOnly) {
+#pragma unroll
+      for (int j = 0; j < RB; ++j) acc[0][j][0] += __uint_as_float((q[j].x ^ q[j].y) & 0x3fffffffu);
+#pragma unroll
+      for (int i = 0; i < 4 * Pairs; ++i) acc[0][0][1] += __uint_as_float((a[i].x ^ a[i].w) & 0x3fffffffu);
+    } else {
+#pragma unroll
+      for (int block = 0; block < 4; ++block) {
+        uint32_t b0[RB], b1[RB];
+#pragma unroll
+        for (int j = 0; j < RB; ++j) dequant(q[j], block, sc, bi, b0[j], b1[j]);
+#pragma unroll
+        for (int p = 0; p < Pairs; ++p) {
+          uint32_t af[4];
+          if (M == Tile) {
+            const int quad = lane >> 3;
+            ldsm4(af, tile + (16 * p + 8 * (quad & 1) + (lane & 7)) * kLd + 16 * block + 8 * (quad >> 1));
+          } else {
+            // the k block's 4 words of the lane's rows g (a[4p], a[4p+1]) and g + 8 (a[4p+2], a[4p+3])
+            const uint4 lo = block < 2 ? a[4 * p] : a[4 * p + 1], hi = block < 2 ? a[4 * p + 2] : a[4 * p + 3];
+            const bool odd = block & 1;
+            af[0] = odd ? lo.z : lo.x;
+            af[1] = odd ? hi.z : hi.x;
+            af[2] = odd ? lo.w : lo.y;
+            af[3] = odd ? hi.w : hi.y;
+          }
+#pragma unroll
+          for (int j = 0; j < RB; ++j) mma(acc[p][j], af, b0[j], b1[j]);
+        }
+      }
+    }
+    if (M != ArithmeticOnly)
+#pragma unroll
+      for (int j = 0; j < RB; ++j) q[j] = qn[j];
+    if (M == Direct || M == LoadsOnly)
+#pragma unroll
+      for (int i = 0; i < 4 * Pairs; ++i) a[i] = an[i];
+    if (M == Tile) __syncthreads();
+  }
+  float sum = 0;
+#pragma unroll
+  for (int p = 0; p < Pairs; ++p)
+#pragma unroll
+    for (int j = 0; j < RB; ++j) sum += acc[p][j][0] + acc[p][j][1] + acc[p][j][2] + acc[p][j][3];
+  out[(size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 128 + tid] = sum;
+}
+
+template <int Tokens, Mode M, int RB = 4>
+void time(const char* name, const uint8_t* w, const uint4* x, float* out) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  const dim3 grid(kRows / (16 * RB), kExperts);
+  step<Tokens, M, RB><<<grid, 128>>>(w, x, out);  // warm-up
+  CHECK(cudaDeviceSynchronize());
+  float best = 1e30f, total = 0;
+  const int reps = 10;
+  for (int r = 0; r < reps; ++r) {
+    CHECK(cudaEventRecord(a));
+    step<Tokens, M, RB><<<grid, 128>>>(w, x, out);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    best = ms < best ? ms : best;
+    total += ms;
+  }
+  CHECK(cudaGetLastError());
+  std::printf("%2d tokens, %d row blocks per warp, %-13s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n", Tokens, RB, name,
+              1e3f * best / 2, 1e3f * total / reps / 2, kWeightBytes / (best * 1e6f));
+}
+
+int main() {
+  uint8_t* w;
+  uint4* x;
+  float* out;
+  CHECK(cudaMalloc(&w, kWeightBytes));
+  CHECK(cudaMemset(w, 0x37, kWeightBytes));
+  CHECK(cudaMalloc(&x, size_t(kTokens) * kK * 2));
+  CHECK(cudaMemset(x, 0x1c, size_t(kTokens) * kK * 2));
+  CHECK(cudaMalloc(&out, size_t(kExperts) * (kRows / 64) * 128 * sizeof(float)));
+  std::printf("one expert layer's gate and up (%.0f MB), 256 experts' threadgroups of 64 + 64 rows (or 128 + 128), K = %d\n",
+              kWeightBytes / 2e6, kK);
+  for (int round = 0; round < 2; ++round) {
+    time<16, Tile>("tile", w, x, out);
+    time<16, Direct>("direct", w, x, out);
+    time<16, ArithmeticOnly>("arithmetic only", w, x, out);
+    time<16, LoadsOnly>("loads only", w, x, out);
+    time<32, Tile>("tile", w, x, out);
+    time<32, Direct>("direct", w, x, out);
+    time<32, ArithmeticOnly>("arithmetic only", w, x, out);
+    time<32, LoadsOnly>("loads only", w, x, out);
+    time<16, Tile, 8>("tile", w, x, out);
+    time<16, ArithmeticOnly, 8>("arithmetic only", w, x, out);
+    time<16, LoadsOnly, 8>("loads only", w, x, out);
+  }
+  return 0;
+}
