@@ -4,8 +4,6 @@
 // against the first. The winner is what shaders/common.h rows_dot implements; this file records why.
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv-variants bench/gpu/gemv-variants.cu && /tmp/gemv-variants
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,14 +13,7 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));     \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "study.cuh"
 
 constexpr int kGroup = 64;
 

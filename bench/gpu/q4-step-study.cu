@@ -18,20 +18,11 @@
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/q4-step-study bench/gpu/q4-step-study.cu && /tmp/q4-step-study
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "study.cuh"
 
 constexpr int kExperts = 512;  // two layers of 256
 constexpr int kRows = 512;     // gate rows (and up rows) per expert
@@ -193,27 +184,10 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
 
 template <int Tokens, Mode M, int RB = 4>
 void time(const char* name, const uint8_t* w, const uint4* x, float* out) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
   const dim3 grid(kRows / (16 * RB), kExperts);
-  step<Tokens, M, RB><<<grid, 128>>>(w, x, out);  // warm-up
-  CHECK(cudaDeviceSynchronize());
-  float best = 1e30f, total = 0;
-  const int reps = 10;
-  for (int r = 0; r < reps; ++r) {
-    CHECK(cudaEventRecord(a));
-    step<Tokens, M, RB><<<grid, 128>>>(w, x, out);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-    total += ms;
-  }
-  CHECK(cudaGetLastError());
-  std::printf("%2d tokens, %d row blocks per warp, %-13s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n", Tokens, RB, name,
-              1e3f * best / 2, 1e3f * total / reps / 2, kWeightBytes / (best * 1e6f));
+  const Timing t = time_launches([&] { step<Tokens, M, RB><<<grid, 128>>>(w, x, out); });
+  std::printf("%2d tokens, %d row blocks per warp, %-13s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n",
+              Tokens, RB, name, 1e3f * t.best_ms / 2, 1e3f * t.mean_ms / 2, kWeightBytes / (t.best_ms * 1e6f));
 }
 
 int main() {

@@ -13,20 +13,10 @@
 // more than 10x the 50 MB L2. What the H200 measured: docs/reports/2026-12-03-h200-prompt-stall-sampling.md.
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/weight-stream bench/gpu/weight-stream.cu && /tmp/weight-stream
-#include <cuda_runtime.h>
-
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "study.cuh"
 
 constexpr int kExperts = 512;         // two layers of 256
 constexpr int kRows = 512;            // rows of the gate (and of the up) per expert
@@ -91,26 +81,9 @@ __global__ void stream(const uint4* w, size_t words, uint32_t* out) {
 
 template <class Launch>
 void time(const char* name, Launch launch) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  launch();  // warm-up
-  CHECK(cudaDeviceSynchronize());
-  float best = 1e30f, total = 0;
-  const int reps = 10;
-  for (int r = 0; r < reps; ++r) {
-    CHECK(cudaEventRecord(a));
-    launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    best = ms < best ? ms : best;
-    total += ms;
-  }
-  CHECK(cudaGetLastError());
-  std::printf("%-52s %8.1f us per layer  %6.0f GB/s best  %6.0f GB/s mean\n", name, 1e3f * best / 2, kBytes / (best * 1e6f),
-              kBytes / (total / reps * 1e6f));
+  const Timing t = time_launches(launch);
+  std::printf("%-52s %8.1f us per layer  %6.0f GB/s best  %6.0f GB/s mean\n", name, 1e3f * t.best_ms / 2,
+              kBytes / (t.best_ms * 1e6f), kBytes / (t.mean_ms * 1e6f));
 }
 
 template <bool Blocked, int Ahead, bool Barrier>
