@@ -4,8 +4,10 @@
 # same build folder (patch applied, build repeated, patch reversed), writes the synthetic checkpoint
 # if it is not there yet, and runs `moelens-gpu-bench prefill` on every build in turn, round after
 # round, so that drifts of the GPU's clock fall on all of them alike. Prints each build's mean tok/s,
-# its ratio to the tree and the routing it gave; with --profile, also a per-kernel profile of each build.
+# its ratio to the tree and the routing it gave (marked where it differs from the tree's); with
+# --profile, also a per-kernel profile of each build.
 set -euo pipefail
+here=$(dirname "$0")
 
 usage() {
   cat <<'EOF'
@@ -102,38 +104,8 @@ for r in $(seq 1 "$rounds"); do
   stamp "round $r done"
 done
 
-# Mean tok/s per prompt length and build, and the ratio to the tree.
-python3 - "$out" "$rounds" "${names[@]}" <<'PY' | tee "$out/means.txt"
-import re, sys
-out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-means = {}
-for name in names:
-    rows = {}
-    for r in range(1, rounds + 1):
-        try:
-            text = open(f"{out}/{name}-round{r}.txt").read()
-        except OSError:
-            continue
-        for m in re.finditer(r"^\s*(\d+) \|\s*([\d.]+) \|", text, re.M):
-            rows.setdefault(int(m.group(1)), []).append(float(m.group(2)))
-    means[name] = {n: sum(v) / len(v) for n, v in rows.items()}
-lengths = sorted(means["tree"])
-print("build      " + "".join(f"| {n:>7} tok/s " for n in lengths) + "| against the tree")
-for name in names:
-    ratios = [means[name].get(n, 0.0) / means["tree"][n] for n in lengths]
-    print(f"{name:10s} " + "".join(f"| {means[name].get(n, 0.0):13.1f} " for n in lengths) +
-          "| " + " ".join(f"{100 * (x - 1):+.1f} %" for x in ratios))
-# The routing each build gave in its first round: the MoE kernels' time depends on it, so a build that
-# routes otherwise is not timed on the same work.
-for n in lengths:
-    print(f"routing at {n} tokens:")
-    for name in names:
-        try:
-            m = re.search(rf"^routing, {n} tokens: (.*)$", open(f"{out}/{name}-round1.txt").read(), re.M)
-        except OSError:
-            m = None
-        print(f"  {name:10s} {m.group(1) if m else '-'}")
-PY
+# Mean tok/s per prompt length and build, the ratio to the tree, and the routing each build gave.
+python3 "$here/prefill-ab-tables.py" means "$out" "$rounds" "${names[@]}" | tee "$out/means.txt"
 for i in "${!variants[@]}"; do echo "variant$((i + 1)): ${variants[$i]}"; done | tee -a "$out/means.txt"
 
 if [[ $profile == 1 ]]; then
@@ -142,36 +114,6 @@ if [[ $profile == 1 ]]; then
       --compare-max 0 > "$out/$name-profile.txt" 2>&1 || stamp "$name: profile failed"
   done
   stamp "profiles in $out/*-profile.txt"
-  # Per prompt length, µs per launch of each kernel that takes at least 1 % of some build's profiled
-  # time, by build (launches as the tree counts them), and each build's profiled total.
-  python3 - "$out" "${names[@]}" <<'PY' | tee "$out/kernels.txt"
-import re, sys
-out, names = sys.argv[1], sys.argv[2:]
-per = {}  # build -> tokens -> kernel -> (launches, ms, us)
-for name in names:
-    try:
-        text = open(f"{out}/{name}-profile.txt").read()
-    except OSError:
-        continue
-    for block in re.split(r"^runtime, fp16, ", text, flags=re.M)[1:]:
-        tokens = int(block.split(" ", 1)[0])
-        rows = re.findall(r"^\s+(\S+)\s+(\d+) launches\s+([\d.]+) ms GPU\s+([\d.]+) us each", block, re.M)
-        per.setdefault(name, {})[tokens] = {k: (int(c), float(ms), float(us)) for k, c, ms, us in rows}
-if "tree" not in per:
-    sys.exit("prefill-ab.sh: no profile of the tree to compare")
-for tokens in per["tree"]:
-    builds = [per.get(n, {}).get(tokens, {}) for n in names]
-    main = {}
-    for b in builds:
-        total = sum(ms for _, ms, _ in b.values())
-        for kernel, (_, ms, _) in b.items():
-            if ms >= 0.01 * total:
-                main[kernel] = max(main.get(kernel, 0.0), ms)
-    print(f"\n{f'{tokens} tokens, us per launch':40s}" + "".join(f" | {n:>9s}" for n in names))
-    for kernel in sorted(main, key=lambda k: -main[k]):
-        count = per["tree"][tokens].get(kernel, (0, 0.0, 0.0))[0]
-        cells = [f"{b[kernel][2]:9.1f}" if kernel in b else f"{'-':>9s}" for b in builds]
-        print(f"  {kernel[:30]:30s} x{count:<6d}" + "".join(f" | {c}" for c in cells))
-    print(f"  {'all kernels, ms':38s}" + "".join(f" | {sum(ms for _, ms, _ in b.values()):9.2f}" for b in builds))
-PY
+  # Per prompt length, µs per launch of the main kernels by build, and each build's profiled total.
+  python3 "$here/prefill-ab-tables.py" kernels "$out" "${names[@]}" | tee "$out/kernels.txt"
 fi
