@@ -64,14 +64,14 @@ def kernels(out, names):
         sys.exit(f"prefill-ab-tables.py: no profile of the tree in {out}")
     for tokens in per["tree"]:
         builds = [per.get(n, {}).get(tokens, {}) for n in names]
-        main = {}
+        shown = {}  # kernel -> its largest ms in any build
         for b in builds:
             total = sum(ms for _, ms, _ in b.values())
             for kernel, (_, ms, _) in b.items():
                 if ms >= 0.01 * total:
-                    main[kernel] = max(main.get(kernel, 0.0), ms)
+                    shown[kernel] = max(shown.get(kernel, 0.0), ms)
         print(f"\n{f'{tokens} tokens, us per launch':40s}" + "".join(f" | {n:>9s}" for n in names))
-        for kernel in sorted(main, key=lambda k: -main[k]):
+        for kernel in sorted(shown, key=lambda k: -shown[k]):
             count = per["tree"][tokens].get(kernel, (0, 0.0, 0.0))[0]
             cells = [f"{b[kernel][2]:9.1f}" if kernel in b else f"{'-':>9s}" for b in builds]
             print(f"  {kernel[:30]:30s} x{count:<6d}" + "".join(f" | {c}" for c in cells))
