@@ -130,14 +130,17 @@ inline float softplus(float x) {
 // The gated delta rule for prompts, part 2: the recurrence of `deltanet` below over deltanet_prep's
 // normalised q and k and gates. Tokens go in blocks of DELTANET_BLOCK, copied into threadgroup memory; the
 // global reads of the next block are issued before the steps and kept in registers, so their latency
-// passes during the steps. A column of the state is spread over DELTANET_PARTS lanes (DELTANET_MAX_KEY_DIM /
-// DELTANET_PARTS keys each, in float4s part, part + DELTANET_PARTS, ... of a staged row: 16-byte loads,
-// the lanes of a column on distinct banks), and both sums come from the state before the update, in one
-// pass and one set of shuffles:
-//   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ).
-// The step is what the time goes to, so it has no index arithmetic and no masks (keys past key_dim are
-// zeros in the staged rows and add nothing; their state is never stored). Columns past value_dim repeat
-// the last and are not stored. grid (value_heads, ceil(value_dim / DELTANET_TOKENS_COLUMNS)).
+// passes during the steps. A lane holds DELTANET_LANE_COLUMNS (2) adjacent columns of the state for
+// DELTANET_MAX_KEY_DIM / DELTANET_PARTS keys (in float4s part, part + DELTANET_PARTS, ... of a staged row:
+// 16-byte loads, the lanes of a column on distinct banks), so each staged k and q read serves two
+// columns. Both sums of both columns come from the state before the update:
+//   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ),
+// and the 8 lanes of a column pair reduce the four with five shuffles: each exchange sends the half of
+// the values its partner keeps, so that lane bit 0 ends with m or o and bit 1 with the column; two reads
+// then give every lane both m. The step is what the time goes to, so it has no index arithmetic and no
+// masks (keys past key_dim are zeros in the staged rows and add nothing; their state is never stored).
+// Columns past value_dim repeat the last and are not stored. grid (value_heads, ceil(value_dim /
+// DELTANET_TOKENS_COLUMNS)).
 struct DeltaNetBlockInputs {  // a thread's reads of one block (see deltanet_tokens)
   float4 qk[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM / 2u / DELTANET_TOKENS_THREADS];
   float4 gate;
@@ -176,6 +179,7 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
   constexpr uint P = DELTANET_PARTS, F = W4 / DELTANET_PARTS;  // a lane's float4s of a row
   constexpr uint COLUMNS = DELTANET_TOKENS_COLUMNS;
   static_assert(DELTANET_TOKENS_THREADS == 32u * DELTANET_TOKENS_SIMDGROUPS, "the attribute's literal");
+  static_assert(P == 8u && DELTANET_LANE_COLUMNS == 2u, "the shuffles below sum over 8 lanes of 2 columns");
   static_assert(W4 % P == 0u && (DELTANET_BLOCK * 2u * W4) % DELTANET_TOKENS_THREADS == 0u &&
                     (DELTANET_BLOCK * COLUMNS) % DELTANET_TOKENS_THREADS == 0u && DELTANET_BLOCK <= DELTANET_TOKENS_THREADS,
                 "whole float4s and values per thread and block");
@@ -185,14 +189,20 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
 
   const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
   const uint hv = group.x, kh = hv / (Hv / p.key_heads);
-  const uint col0 = group.y * COLUMNS, col = sg * (32u / P) + lane / P, j = col0 + col, jc = min(j, Dv - 1u);
+  const uint col = 2u * (sg * (32u / P) + lane / P), j = group.y * COLUMNS + col;  // the lane's columns j, j + 1
+  const uint j0 = min(j, Dv - 1u), j1 = min(j + 1u, Dv - 1u);
   const uint part = lane % P;
+  const bool holds_o = (lane & 1u) != 0u, second = (lane & 2u) != 0u;  // what the shuffles leave in this lane
+  const ushort pair_lane = ushort(lane & ~3u);                          // the lane left with m of column j
 
   device float* S = state + ulong(hv) * Dk * Dv;
-  float s[4u * F];  // key 4·(part + P·i) + e is s[4i + e]; past key_dim any finite value (clamped), never stored
-  for (uint i = 0; i < 4u * F; ++i) s[i] = S[ulong(min(4u * (part + P * (i / 4u)) + i % 4u, Dk - 1u)) * Dv + jc];
+  float s0[4u * F], s1[4u * F];  // key 4·(part + P·i) + e is s[4i + e]; past key_dim any finite value (clamped), never stored
+  for (uint i = 0; i < 4u * F; ++i) {
+    const ulong key = min(4u * (part + P * (i / 4u)) + i % 4u, Dk - 1u);
+    s0[i] = S[key * Dv + j0], s1[i] = S[key * Dv + j1];
+  }
 
-  DeltaNetBlockInputs in = deltanet_block_inputs(qkv, qk, gates, p, 0u, hv, kh, col0, tid);
+  DeltaNetBlockInputs in = deltanet_block_inputs(qkv, qk, gates, p, 0u, hv, kh, group.y * COLUMNS, tid);
   for (uint t0 = 0; t0 < p.n; t0 += DELTANET_BLOCK) {
     const uint count = min(DELTANET_BLOCK, p.n - t0);
     for (uint i = 0; i < DELTANET_BLOCK * 2u * W4 / DELTANET_TOKENS_THREADS; ++i)
@@ -201,35 +211,45 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
     for (uint i = 0; i < DELTANET_BLOCK * COLUMNS / DELTANET_TOKENS_THREADS; ++i) vs[tid + DELTANET_TOKENS_THREADS * i] = in.v[i];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next block's reads, in flight during the steps (after the last block: the last token again).
-    in = deltanet_block_inputs(qkv, qk, gates, p, min(t0 + DELTANET_BLOCK, p.n - 1u), hv, kh, col0, tid);
+    in = deltanet_block_inputs(qkv, qk, gates, p, min(t0 + DELTANET_BLOCK, p.n - 1u), hv, kh, group.y * COLUMNS, tid);
 
     for (uint t = 0; t < count; ++t) {
       threadgroup const float4* qr = qks + t * 2u * W4 + part;
       threadgroup const float4* kr = qr + W4;
       const float4 g = gs[t];
-      float mp[4] = {0.0f, 0.0f, 0.0f, 0.0f}, op[4] = {0.0f, 0.0f, 0.0f, 0.0f}, k[4u * F];
+      float m0p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o0p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float m1p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, k[4u * F];
       for (uint i = 0; i < F; ++i) {
         const float4 kf = kr[P * i], qf = qr[P * i];
-        k[4u * i] = kf.x, k[4u * i + 1u] = kf.y, k[4u * i + 2u] = kf.z, k[4u * i + 3u] = kf.w;
-        mp[0] += s[4u * i] * kf.x, mp[1] += s[4u * i + 1u] * kf.y, mp[2] += s[4u * i + 2u] * kf.z, mp[3] += s[4u * i + 3u] * kf.w;
-        op[0] += s[4u * i] * qf.x, op[1] += s[4u * i + 1u] * qf.y, op[2] += s[4u * i + 2u] * qf.z, op[3] += s[4u * i + 3u] * qf.w;
+        const float kv[4] = {kf.x, kf.y, kf.z, kf.w}, qv[4] = {qf.x, qf.y, qf.z, qf.w};
+        for (uint e = 0; e < 4u; ++e) {
+          k[4u * i + e] = kv[e];
+          m0p[e] += s0[4u * i + e] * kv[e], o0p[e] += s0[4u * i + e] * qv[e];
+          m1p[e] += s1[4u * i + e] * kv[e], o1p[e] += s1[4u * i + e] * qv[e];
+        }
       }
-      float m = (mp[0] + mp[1]) + (mp[2] + mp[3]), o = (op[0] + op[1]) + (op[2] + op[3]);
-      for (ushort x = 1; x < P; x <<= 1) {
-        m += simd_shuffle_xor(m, x);
-        o += simd_shuffle_xor(o, x);
-      }
+      const float m0 = (m0p[0] + m0p[1]) + (m0p[2] + m0p[3]), o0 = (o0p[0] + o0p[1]) + (o0p[2] + o0p[3]);
+      const float m1 = (m1p[0] + m1p[1]) + (m1p[2] + m1p[3]), o1 = (o1p[0] + o1p[1]) + (o1p[2] + o1p[3]);
+      // Lane bit 0 keeps o (1) or m (0), bit 1 column j + 1 (1) or j (0); bit 2's exchange completes the sums.
+      const float a = (holds_o ? o0 : m0) + simd_shuffle_xor(holds_o ? m0 : o0, ushort(1));
+      const float b = (holds_o ? o1 : m1) + simd_shuffle_xor(holds_o ? m1 : o1, ushort(1));
+      float sum = (second ? b : a) + simd_shuffle_xor(second ? a : b, ushort(2));
+      sum += simd_shuffle_xor(sum, ushort(4));
+      const float m_j0 = simd_shuffle(sum, pair_lane), m_j1 = simd_shuffle(sum, ushort(pair_lane | 2u));
       const float decay = g.x;
-      const float delta = g.y * (vs[t * COLUMNS + col] - decay * m);
-      o = decay * o + delta * g.z;
-      for (uint i = 0; i < 4u * F; ++i) s[i] = s[i] * decay + k[i] * delta;
-      if (part == 0u && j < Dv) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + j] = o;
+      const float delta0 = g.y * (vs[t * COLUMNS + col] - decay * m_j0);
+      const float delta1 = g.y * (vs[t * COLUMNS + col + 1u] - decay * m_j1);
+      const float o = decay * sum + (second ? delta1 : delta0) * g.z;  // meaningful where holds_o
+      for (uint i = 0; i < 4u * F; ++i) s0[i] = s0[i] * decay + k[i] * delta0, s1[i] = s1[i] * decay + k[i] * delta1;
+      const uint jo = j + (second ? 1u : 0u);
+      if (holds_o && part < 4u && jo < Dv) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + jo] = o;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the next block overwrites the staged tokens
   }
-  for (uint i = 0; i < 4u * F; ++i) {  // a constant trip count keeps s[] in registers
+  for (uint i = 0; i < 4u * F; ++i) {  // a constant trip count keeps s0[], s1[] in registers
     const uint key = 4u * (part + P * (i / 4u)) + i % 4u;
-    if (key < Dk && j < Dv) S[ulong(key) * Dv + j] = s[i];
+    if (key < Dk && j < Dv) S[ulong(key) * Dv + j] = s0[i];
+    if (key < Dk && j + 1u < Dv) S[ulong(key) * Dv + j + 1u] = s1[i];
   }
 }
 

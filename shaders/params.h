@@ -134,14 +134,16 @@
 #define DELTANET_MAX_VALUE_DIM 128
 #define DELTANET_MAX_THREADS 512
 // deltanet_tokens (prompts, n > 1): tokens staged per block in threadgroup memory; lanes per column of the
-// state (DELTANET_MAX_KEY_DIM / DELTANET_PARTS keys each: 8 lanes keep the shuffles and loads per state
-// element low, which is what bounds the kernel); simdgroups per threadgroup, so columns per threadgroup.
-// deltanet_prep runs on DELTANET_TOKENS_THREADS too.
+// state (DELTANET_MAX_KEY_DIM / DELTANET_PARTS keys each) and columns per lane: the kernel is bound by its
+// threadgroup-memory reads and shuffles, so 8 lanes of 2 columns each share each staged k and q read
+// between two columns and four sums between one set of shuffles; simdgroups per threadgroup, so columns
+// per threadgroup. deltanet_prep runs on DELTANET_TOKENS_THREADS too.
 #define DELTANET_BLOCK 16u
 #define DELTANET_PARTS 8u
+#define DELTANET_LANE_COLUMNS 2u
 #define DELTANET_TOKENS_SIMDGROUPS 4u
 #define DELTANET_TOKENS_THREADS 128  // DELTANET_TOKENS_SIMDGROUPS * 32, as a literal for the kernels' attribute
-#define DELTANET_TOKENS_COLUMNS (DELTANET_TOKENS_SIMDGROUPS * 32u / DELTANET_PARTS)
+#define DELTANET_TOKENS_COLUMNS (DELTANET_TOKENS_SIMDGROUPS * 32u / DELTANET_PARTS * DELTANET_LANE_COLUMNS)
 // The router runs one simdgroup per token, ROUTER_MAX_EXPERTS / 32 experts per lane (a multiple of 32);
 // ROUTER_MAX_K / 32 chosen probabilities per lane.
 #define ROUTER_MAX_EXPERTS 512u
