@@ -189,7 +189,7 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
 
   const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
   const uint hv = group.x, kh = hv / (Hv / p.key_heads);
-  const uint col = 2u * (sg * (32u / P) + lane / P), j = group.y * COLUMNS + col;  // the lane's columns j, j + 1
+  const uint col0 = group.y * COLUMNS, col = 2u * (sg * (32u / P) + lane / P), j = col0 + col;  // the lane's columns j, j + 1
   const uint j0 = min(j, Dv - 1u), j1 = min(j + 1u, Dv - 1u);
   const uint part = lane % P;
   const bool holds_o = (lane & 1u) != 0u, second = (lane & 2u) != 0u;  // what the shuffles leave in this lane
@@ -202,7 +202,7 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
     s0[i] = S[key * Dv + j0], s1[i] = S[key * Dv + j1];
   }
 
-  DeltaNetBlockInputs in = deltanet_block_inputs(qkv, qk, gates, p, 0u, hv, kh, group.y * COLUMNS, tid);
+  DeltaNetBlockInputs in = deltanet_block_inputs(qkv, qk, gates, p, 0u, hv, kh, col0, tid);
   for (uint t0 = 0; t0 < p.n; t0 += DELTANET_BLOCK) {
     const uint count = min(DELTANET_BLOCK, p.n - t0);
     for (uint i = 0; i < DELTANET_BLOCK * 2u * W4 / DELTANET_TOKENS_THREADS; ++i)
@@ -211,7 +211,7 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
     for (uint i = 0; i < DELTANET_BLOCK * COLUMNS / DELTANET_TOKENS_THREADS; ++i) vs[tid + DELTANET_TOKENS_THREADS * i] = in.v[i];
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next block's reads, in flight during the steps (after the last block: the last token again).
-    in = deltanet_block_inputs(qkv, qk, gates, p, min(t0 + DELTANET_BLOCK, p.n - 1u), hv, kh, group.y * COLUMNS, tid);
+    in = deltanet_block_inputs(qkv, qk, gates, p, min(t0 + DELTANET_BLOCK, p.n - 1u), hv, kh, col0, tid);
 
     for (uint t = 0; t < count; ++t) {
       threadgroup const float4* qr = qks + t * 2u * W4 + part;
