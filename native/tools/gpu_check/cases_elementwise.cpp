@@ -41,6 +41,27 @@ void add_elementwise_cases(Cases& all) {
     c.expect_equal_ints("fill of an int buffer", ints, 40);
   });
 
+  // The same work submitted again on a new, larger buffer: a runtime that replays recorded work (CUDA
+  // graphs) must bind the new buffer, although the freed buffer's handle is often reused for the next
+  // one. Buffers allocated around each one keep its memory's neighbours in use, so that the next, larger
+  // buffer lies elsewhere.
+  add("replaced buffers", [](Ctx& c) {
+    c.shape = "scale of 256 elements in buffers of 256 to 262,144";
+    const size_t n = 256;
+    std::vector<Pair> neighbours;
+    neighbours.push_back(c.zeros(n));
+    Pair a;
+    for (size_t size = n; size <= 262144; size *= 4) {
+      const std::vector<float> values = c.rng.normals(size);
+      a = Pair{};  // freed before the next is allocated
+      a = c.floats(values);
+      neighbours.push_back(c.zeros(n));
+      c.cpu.scale(View(a.cpu.get()), -1.5f, n);
+      c.gpu.scale(View(a.gpu.get()), -1.5f, n);
+      c.expect_close("scale", a, n, 1e-6f);
+    }
+  });
+
 }
 
 }  // namespace moelens::gpu_check

@@ -5,9 +5,10 @@
 // a whole decode step) become one CUDA graph, a chain of kernel nodes built directly from the
 // records (no stream capture). A later submission with the same kernels in the same order reuses
 // that instantiated graph (a few are kept: decode steps and greedy steps differ):
-// only the nodes whose arguments or grid changed (the attention position, the token's slot) are
-// updated in place, and the graph is launched as one unit, without waiting, so that the host records
-// step n+1 while the GPU runs step n. Updates never affect a launch in flight.
+// only the nodes whose arguments or grid changed (the attention position, the token's slot; buffers
+// compared by device address) are updated in place, and the graph is launched as one unit, without
+// waiting, so that the host records step n+1 while the GPU runs step n. Updates never affect a launch
+// in flight.
 //
 // A prompt chunk's dispatches (Dispatch::prompt) are launched as they come, after the graph of whatever
 // was recorded before them: their kernels are long enough to hide the next launch.
@@ -23,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,10 +86,18 @@ cudaKernelNodeParams node_params(const KernelLaunch& L, const CudaKernelCall& ca
   return p;
 }
 
-bool same_arguments(const Dispatch& a, const Dispatch& b) {
-  for (int i = 0; i < kMaxBindings; ++i)
-    if (a.buffers[i].buffer != b.buffers[i].buffer || a.buffers[i].offset != b.buffers[i].offset) return false;
-  return a.params_size == b.params_size && std::memcmp(a.params, b.params, a.params_size) == 0 &&
+// The device addresses of a dispatch's bindings when it was recorded. Graph nodes are compared by these,
+// not by buffer handles: a buffer freed and another allocated may get the same handle at another address.
+using Addresses = std::array<void*, kMaxBindings>;
+
+Addresses addresses_of(const KernelLaunch& launch) {
+  Addresses a;
+  std::copy(std::begin(launch.buffers), std::end(launch.buffers), a.begin());
+  return a;
+}
+
+bool same_arguments(const Dispatch& a, const Addresses& a_at, const Dispatch& b, const Addresses& b_at) {
+  return a_at == b_at && a.params_size == b.params_size && std::memcmp(a.params, b.params, a.params_size) == 0 &&
          std::memcmp(a.grid, b.grid, sizeof a.grid) == 0 && std::memcmp(a.threads, b.threads, sizeof a.threads) == 0;
 }
 
@@ -142,6 +152,7 @@ class CudaRuntime final : public Runtime {
     ++launched_;
     if (use_graph_ && !d.prompt) {
       recorded_.push_back(d);
+      recorded_at_.push_back(addresses_of(launch));
       return;
     }
     submit();  // what is recorded before this dispatch runs before it (a no-op without graphs)
@@ -185,7 +196,9 @@ class CudaRuntime final : public Runtime {
     check(cudaEventRecord(event(2 * graph_launches_pending_ + 1), stream_), "event");
     ++graph_launches_pending_;
     g->built.swap(recorded_);
+    g->bound.swap(recorded_at_);
     recorded_.clear();
+    recorded_at_.clear();
     host_submit_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
@@ -265,6 +278,7 @@ class CudaRuntime final : public Runtime {
   // One instantiated graph: a chain of kernel nodes, and the dispatches its nodes now hold.
   struct Graph {
     std::vector<Dispatch> built;
+    std::vector<Addresses> bound;  // built's device addresses
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     std::vector<cudaGraphNode_t> nodes;
@@ -275,7 +289,7 @@ class CudaRuntime final : public Runtime {
   // Brings g's nodes to the recorded arguments; false when CUDA refuses.
   bool update_nodes(Graph& g) {
     for (size_t i = 0; i < recorded_.size(); ++i) {
-      if (same_arguments(recorded_[i], g.built[i])) continue;
+      if (same_arguments(recorded_[i], recorded_at_[i], g.built[i], g.bound[i])) continue;
       KernelLaunch launch;
       CudaKernelCall call;
       describe(recorded_[i], launch, call);
@@ -330,6 +344,7 @@ class CudaRuntime final : public Runtime {
   bool use_graph_ = true, profile_ = false;
   bool programmatic_ = false;  // kernels launched as programmatic dependents of the previous one
   std::vector<Dispatch> recorded_;  // since the last submission
+  std::vector<Addresses> recorded_at_;  // their device addresses
   std::vector<Graph> graphs_;
   std::vector<cudaEvent_t> events_;  // pairs: around each pending graph launch, or each profiled kernel
   std::vector<int> timed_;           // profiled kernels awaiting their times
