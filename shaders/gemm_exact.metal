@@ -1,7 +1,7 @@
 // The exact matrix product for prefill chunks: jobs that must stay fp32 (MatmulJob::exact, the router
-// and the shared-expert gate, whose top-k choices a rounding error may flip) as a tiled GEMM on plain
-// fp32 arithmetic, instead of one GEMV pass per token. Matrix units take no fp32 operands in the
-// portable subset, so each thread accumulates a register block of outputs.
+// and the shared-expert gate, whose top-k choices a rounding error may flip) as a tiled GEMM to fp32
+// accuracy, instead of one GEMV pass per token. Matrix units take no fp32 operands in the portable
+// subset, so each operand is split into two halfs and three fp16 products are summed in fp32.
 #include <metal_stdlib>
 using namespace metal;
 #include "tiles.h"
@@ -60,17 +60,35 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
   }
 }
 
-// out_j[t, r] = W_j[r] · x[t] in fp32 for up to GEMV_MAX_JOBS matrices that read the same x [n, cols],
-// the row tiles of all jobs numbered consecutively (GemmParams, tiles of GEMM_EXACT_TILE rows). With
-// p.parts > 1, threadgroup z takes columns z·part_cols .. and writes its sums to
+// v[0..7] split into halfs, v ≈ hi + lo: hi = v rounded to half, lo = the rest rounded to half, so that
+// hi + lo keeps about 22 of v's 24 significant bits (lo may be subnormal: its absolute error is then
+// 2^-25 at most). Values of magnitude 65,520 and above have no half (the prompt path's other GEMMs
+// read the same activations as halfs, so they are bounded so anyway).
+inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread const float* v) {
+  uint h[4], l[4];
+  for (uint e = 0; e < 4u; ++e) {
+    const float a = v[2u * e], b = v[2u * e + 1u];
+    const float ra = a - float(half(a)), rb = b - float(half(b));  // exact: a and half(a) share the top bits
+    h[e] = half2_bits(a, b);
+    l[e] = half2_bits(ra, rb);
+  }
+  store_words(hi, uint4(h[0], h[1], h[2], h[3]));
+  store_words(lo, uint4(l[0], l[1], l[2], l[3]));
+}
+
+// out_j[t, r] = W_j[r] · x[t] to fp32 accuracy for up to GEMV_MAX_JOBS matrices that read the same x
+// [n, cols], the row tiles of all jobs numbered consecutively (GemmParams, tiles of GEMM_EXACT_TILE
+// rows). With p.parts > 1, threadgroup z takes columns z·part_cols .. and writes its sums to
 // partial [parts, n, total_tiles · GEMM_EXACT_TILE] (rows numbered across the jobs' tiles) for
 // gemm_exact_sum.
-// Threadgroup (row tile, token tile): GEMM_EXACT_TILE tokens x GEMM_EXACT_TILE rows; thread (ty, tx)
-// of 16x16 holds the 4x4 outputs of tokens 4ty + i and rows 4tx + j. Each K-step stores x and the
-// dequantised W column-major in threadgroup memory ([k][token], [k][row]), then every thread runs
-// GEMM_EXACT_K rank-1 updates of its block, k in order, each reading its 4 tokens and its 4 rows as one
-// 16-byte load apiece.
-[[max_total_threads_per_threadgroup(GEMM_EXACT_THREADS)]] kernel void gemm_exact(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+// On the matrix units: x and the dequantised W (fp32) are each split into two halfs (store_split_run)
+// and x·w = x_hi·w_hi + x_hi·w_lo + x_lo·w_hi, three fp16 products accumulated in fp32 (the dropped
+// x_lo·w_lo is under 2^-24 of x·w): the error of each product is that of an fp32 one, and the sums are
+// fp32 sums in another order than the CPU's.
+// Threadgroup (row tile, token tile, part): GEMM_EXACT_TILE tokens x GEMM_EXACT_TILE rows on
+// 4 simdgroups of 32x32 (2x2), as gemm's. Each K-step stores the split x and W tiles ([token][k],
+// [row][k]), issues the next step's reads, then multiplies.
+[[max_total_threads_per_threadgroup(GEMM_EXACT_THREADS)]] MIN_RESIDENT_THREADGROUPS(4) kernel void gemm_exact(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
                        device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
                        device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
                        device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
@@ -80,11 +98,14 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
                        device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
                        device const float* x [[buffer(16)]], device float* partial [[buffer(17)]],
                        constant GemmParams& p [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
-                       uint tid [[thread_index_in_threadgroup]]) {
-  threadgroup float4 xs4[GEMM_EXACT_K * GEMM_EXACT_TILE / 4u];  // float4: 16-byte aligned
-  threadgroup float4 ws4[GEMM_EXACT_K * GEMM_EXACT_TILE / 4u];
-  threadgroup float* xs = (threadgroup float*)xs4;
-  threadgroup float* ws = (threadgroup float*)ws4;
+                       uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]]) {
+  // x_hi, x_lo, w_hi, w_lo; then the epilogue's slabs.
+  threadgroup uint4 tile_words[4u * TILE_WORDS(GEMM_EXACT_TILE, GEMM_EXACT_K)];
+  threadgroup half* x_hi = (threadgroup half*)tile_words;
+  threadgroup half* x_lo = x_hi + GEMM_EXACT_TILE * TILE_LD(GEMM_EXACT_K);
+  threadgroup half* w_hi = x_lo + GEMM_EXACT_TILE * TILE_LD(GEMM_EXACT_K);
+  threadgroup half* w_lo = w_hi + GEMM_EXACT_TILE * TILE_LD(GEMM_EXACT_K);
   const uint tile = group.x, t0 = GEMM_EXACT_TILE * group.y;
   const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
                  (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
@@ -96,49 +117,63 @@ inline void exact_weights(thread const ExactRun& r, thread const WeightDesc& w, 
   device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
   device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
 
-  // Loading: thread tid takes row (token) tid / EXACT_RUNS_PER_ROW and the run of 8 columns
-  // tid % EXACT_RUNS_PER_ROW of each K-step, read a step ahead, so that a simdgroup's reads cover 8 rows
-  // (a cache line of each) rather than a word of 32 rows; rows past the matrix or the chunk repeat the
-  // last one (their outputs are not stored).
-  const uint load_row = tid / EXACT_RUNS_PER_ROW, first_run = tid % EXACT_RUNS_PER_ROW;
-  device const float* xrow = x + ulong(min(t0 + load_row, p.n - 1u)) * p.cols;
-  const ulong wrow = ulong(min(row0 + load_row, w.rows - 1u));
-  const uint ty = tid / 16u, tx = tid % 16u;
-  float acc[4][4];
-  for (uint i = 0; i < 4u; ++i)
-    for (uint c = 0; c < 4u; ++c) acc[i][c] = 0.0f;
-  static_assert(EXACT_RUNS_PER_THREAD == 1u, "one run of 8 columns per thread and K-step");
+  // Loading: run i of thread tid is tile row (tid + threads·i) / EXACT_RUNS_PER_ROW, its run of 8
+  // columns (tid + threads·i) % EXACT_RUNS_PER_ROW of each K-step, read a step ahead, so that a
+  // simdgroup's reads cover 8 rows (a cache line of each) rather than a word of 32 rows; rows past the
+  // matrix or the chunk repeat the last one (their outputs are not stored).
+  uint load_row[EXACT_RUNS_PER_THREAD], first_col[EXACT_RUNS_PER_THREAD];
+  device const float* xrow[EXACT_RUNS_PER_THREAD];
+  ulong wrow[EXACT_RUNS_PER_THREAD];
+#pragma unroll
+  for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i) {
+    const uint q = tid + uint(GEMM_EXACT_THREADS) * i;
+    load_row[i] = q / EXACT_RUNS_PER_ROW;
+    first_col[i] = 8u * (q % EXACT_RUNS_PER_ROW);
+    xrow[i] = x + ulong(min(t0 + load_row[i], p.n - 1u)) * p.cols;
+    wrow[i] = ulong(min(row0 + load_row[i], w.rows - 1u));
+  }
+  const uint m = sg / 2u, c = sg % 2u;  // this simdgroup's quarter: tokens 32m.., rows 32c..
+  simdgroup_float8x8 acc[16];
+  for (uint i = 0; i < 16u; ++i) acc[i] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   const uint k_begin = group.z * p.part_cols, k_end = min(p.cols, k_begin + p.part_cols);
-  ExactRun r = exact_fetch(w, data, scales, biases, wrow, xrow, p.cols, k_begin + 8u * first_run);
+  ExactRun r[EXACT_RUNS_PER_THREAD];
+#pragma unroll
+  for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i)
+    r[i] = exact_fetch(w, data, scales, biases, wrow[i], xrow[i], p.cols, k_begin + first_col[i]);
   for (uint k0 = k_begin; k0 < k_end; k0 += GEMM_EXACT_K) {
-    const uint run_col = k0 + 8u * first_run;
-    float wv[8];
-    exact_weights(r, w, run_col, wv);
-    for (uint e = 0; e < 8u; ++e) {
-      xs[(8u * first_run + e) * GEMM_EXACT_TILE + load_row] = run_col + e < p.cols ? r.x[e] : 0.0f;
-      ws[(8u * first_run + e) * GEMM_EXACT_TILE + load_row] = wv[e];
+#pragma unroll
+    for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i) {
+      const uint run_col = k0 + first_col[i], at = load_row[i] * TILE_LD(GEMM_EXACT_K) + first_col[i];
+      float xv[8], wv[8];
+      for (uint e = 0; e < 8u; ++e) xv[e] = run_col + e < p.cols ? r[i].x[e] : 0.0f;
+      exact_weights(r[i], w, run_col, wv);
+      store_split_run(x_hi + at, x_lo + at, xv);
+      store_split_run(w_hi + at, w_lo + at, wv);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads, in flight during the products (after the last: clamped, unused).
-    r = exact_fetch(w, data, scales, biases, wrow, xrow, p.cols, run_col + GEMM_EXACT_K);
-    for (uint kk = 0; kk < GEMM_EXACT_K; ++kk) {
-      const float4 a4 = xs4[(kk * GEMM_EXACT_TILE) / 4u + ty], b4 = ws4[(kk * GEMM_EXACT_TILE) / 4u + tx];
-      const float a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
-      for (uint i = 0; i < 4u; ++i)
-        for (uint c = 0; c < 4u; ++c) acc[i][c] = fma(a[i], b[c], acc[i][c]);
-    }
+#pragma unroll
+    for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i)
+      r[i] = exact_fetch(w, data, scales, biases, wrow[i], xrow[i], p.cols, k0 + GEMM_EXACT_K + first_col[i]);
+    tile_products(x_hi, w_hi, GEMM_EXACT_K, 32u * m, 32u * c, 4u, acc);
+    tile_products(x_hi, w_lo, GEMM_EXACT_K, 32u * m, 32u * c, 4u, acc);
+    tile_products(x_lo, w_hi, GEMM_EXACT_K, 32u * m, 32u * c, 4u, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the tiles are overwritten by the next step
   }
-  const uint padded_rows = p.total_tiles * GEMM_EXACT_TILE;
+
+  threadgroup float* slab = (threadgroup float*)tile_words + sg * 8u * STAGING_LD;
+  const uint padded_rows = p.total_tiles * GEMM_EXACT_TILE, local = 32u * c + lane, row = row0 + local;
   for (uint i = 0; i < 4u; ++i) {
-    const uint t = t0 + 4u * ty + i;
-    for (uint c = 0; c < 4u; ++c) {
-      const uint row = row0 + 4u * tx + c;
+    stage_slab(acc, i, slab);
+    for (uint e = 0; e < 8u; ++e) {
+      const uint t = t0 + 32u * m + 8u * i + e;
+      const float v = slab[e * STAGING_LD + lane];
       if (t < p.n && row < w.rows) {
-        if (p.parts > 1u) partial[(ulong(group.z) * p.n + t) * padded_rows + GEMM_EXACT_TILE * tile + 4u * tx + c] = acc[i][c];
-        else out[ulong(t) * w.rows + row] = acc[i][c];
+        if (p.parts > 1u) partial[(ulong(group.z) * p.n + t) * padded_rows + GEMM_EXACT_TILE * tile + local] = v;
+        else out[ulong(t) * w.rows + row] = v;
       }
     }
+    slab_done();
   }
 }
 

@@ -78,17 +78,19 @@
 #define GEMM_WIDE_TILE 128u
 #define GEMM_WIDE_K 32u
 #define GEMM_WIDE_THREADS 256
-// The exact GEMM (gemm_exact.metal: the fp32 jobs of a tiled(n) call, the router): fp32 arithmetic, a
-// threadgroup of GEMM_EXACT_THREADS (16x16, 4x4 outputs each) computes GEMM_EXACT_TILE tokens x
-// GEMM_EXACT_TILE rows, stepping through the columns GEMM_EXACT_K at a time.
+// The exact GEMM (gemm_exact.metal: the fp32 jobs of a tiled(n) call, the router): fp32 accuracy from
+// split fp16 operands on the matrix units; a threadgroup of GEMM_EXACT_THREADS (4 simdgroups of 32x32)
+// computes GEMM_EXACT_TILE tokens x GEMM_EXACT_TILE rows, stepping through the columns GEMM_EXACT_K at
+// a time (four 64 x 40-half tiles: the two halfs of x and of W).
 #define GEMM_EXACT_TILE 64u
 #define GEMM_EXACT_K 32u
-#define GEMM_EXACT_THREADS 256
+#define GEMM_EXACT_THREADS 128
 // A launch of fewer than GEMM_EXACT_TARGET_THREADGROUPS / 2 threadgroups (a short chunk: the router's
 // 5 row tiles x 8 token tiles at 512 tokens) splits the columns into parts of at least
-// GEMM_EXACT_MIN_PART_STEPS K-steps, doubling the parts while the launch stays under the target.
+// GEMM_EXACT_MIN_PART_STEPS K-steps, doubling the parts while the launch stays under the target (8 parts
+// at 512 tokens, none at 4,096: faster on the H200 than 1,024's 16 and 2).
 #ifndef GEMM_EXACT_TARGET_THREADGROUPS
-#define GEMM_EXACT_TARGET_THREADGROUPS 1024u
+#define GEMM_EXACT_TARGET_THREADGROUPS 512u
 #endif
 #define GEMM_EXACT_MIN_PART_STEPS 4u
 

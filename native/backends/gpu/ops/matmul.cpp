@@ -119,8 +119,8 @@ void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, 
       .threads(wide ? GEMM_WIDE_THREADS : GEMM_THREADS).run();
 }
 
-static_assert(GEMM_EXACT_THREADS == 256 && GEMM_EXACT_TILE == 64,
-              "gemm_exact: 16x16 threads, each 4x4 outputs of a 64x64 tile, loading one tile row");
+static_assert(GEMM_EXACT_THREADS == 128 && GEMM_EXACT_TILE == 64,
+              "gemm_exact: 4 simdgroups, each 32x32 outputs of a 64x64 tile");
 static_assert(GEMM_EXACT_K % 8 == 0 && (GEMM_EXACT_TILE * GEMM_EXACT_K / 8) % GEMM_EXACT_THREADS == 0,
               "gemm_exact: the tile loaders give each thread whole runs of 8 columns");
 
@@ -182,7 +182,7 @@ void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
   auto lock = enter();
-  // Chunks that tiled(n) takes: jobs that must be exact on the fp32 GEMM, the others on the fp16 one;
+  // Chunks that tiled(n) takes: jobs that must be exact on gemm_exact (fp32 accuracy), the others on the fp16 GEMMs;
   // other calls on the fp32 GEMV kernels.
   std::vector<MatmulJob> fp32, fp16;
   for (const MatmulJob& j : jobs) (tiled(n) && !j.exact ? fp16 : fp32).push_back(j);
