@@ -11,16 +11,19 @@
 //            the rows would apply), so the 4 warps of a threadgroup each read the same rows (L1 hits)
 // and two bounds: "arithmetic only" (the dequantisation and products on fixed fragments, no global
 // loads) and "loads only" (direct's loads, no arithmetic); the tile structure also with 8 row blocks per
-// warp (128 + 128 rows per threadgroup: each activation read feeds twice the weights). Scales and
-// biases are constants here (the kernels stage them per 8 steps), and the rows are gathered without
-// the kernels' bucket lookups. The values are meaningless; only the time is measured. What the H200
-// measured: docs/reports/2026-12-03-h200-prompt-stall-sampling.md.
+// warp (128 + 128 rows per threadgroup: each activation read feeds twice the weights). In the plain
+// runs the scales and biases are constants and the rows are gathered without the bucket lookups; the
+// "tile +" runs add what the kernel does around the K-step, one at a time and all together (Feature,
+// below: staged scales, bucket lookups, the SwiGLU epilogue). The values are meaningless; only the
+// time is measured. What the H200 measured: docs/reports/2026-12-03-h200-prompt-stall-sampling.md
+// and, for the extras, docs/reports/2026-12-04-h200-split-half-router-gemm.md.
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/q4-step-study bench/gpu/q4-step-study.cu && /tmp/q4-step-study
 #include <cuda_fp16.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "study.cuh"
 
@@ -69,14 +72,37 @@ __device__ __forceinline__ void ldsm4(uint32_t* a, const __half* p) {
 // Threadgroup (row tile, expert): Tokens gathered rows (token (expert·7 + tile·Tokens + i) mod kTokens);
 // each warp RB blocks of 8 rows, half of the gate and half of the up (RB 4: 64 + 64 rows per threadgroup,
 // as the kernels; RB 8: 128 + 128, so that each activation read feeds twice the weights).
-template <int Tokens, Mode M, int RB>
-__global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x, float* out) {
+// What the kernel adds around the K-step, in the tile structure (bits of F): kScales, the rows' bf16
+// scales and biases staged as half pairs every 8 steps (each thread 4 groups of a gate and an up row,
+// loads before stores) and read per step by each warp for its row blocks; kLookups, the tile's rows
+// found through the bucket lists (tile -> bucket offsets -> entries) instead of computed; kEpilogue,
+// silu(gate) · up of the results written as halfs through per-warp slabs.
+enum Feature { kScales = 1, kLookups = 2, kEpilogue = 4 };
+struct Extras {
+  const uint16_t* scales;   // [expert][gate, up][row][group] bf16
+  const uint16_t* biases;
+  const uint32_t* tiles;    // [1 + threadgroup row]: expert << 16
+  const uint32_t* offsets;  // [expert + 1]: where each bucket begins in entries
+  const uint32_t* entries;  // token · 8 + slot, in bucket order
+  __half* h;                // [bucket row][kRows]
+};
+
+template <int Tokens, Mode M, int RB, int F>
+__global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x, float* out, Extras ex) {
   constexpr int Pairs = Tokens / 16;  // pairs of 8-token blocks
   __shared__ __align__(16) __half tile[Tokens * kLd];
   __shared__ int row_of[Tokens];
+  __shared__ __align__(16) uint32_t staged[F ? 2 * 8 * 128 : 1];  // the scales' pairs, then the slabs
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int expert = blockIdx.y;
-  if (tid < Tokens) row_of[tid] = (expert * 7 + blockIdx.x * Tokens + tid) % kTokens;
+  const int expert = (F & kLookups) ? int(ex.tiles[1 + blockIdx.y] >> 16) : int(blockIdx.y);
+  if (tid < Tokens) {
+    if (F & kLookups) {
+      const uint32_t begin = ex.offsets[expert], count = ex.offsets[expert + 1] - begin;
+      row_of[tid] = int(ex.entries[begin + min(uint32_t(tid), count - 1)] / 8);
+    } else {
+      row_of[tid] = (expert * 7 + blockIdx.x * Tokens + tid) % kTokens;
+    }
+  }
   __syncthreads();
   const uint8_t* gate = w + size_t(expert) * 2 * kMatrixBytes;
   const uint8_t* up = gate + kMatrixBytes;
@@ -110,6 +136,28 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
       }
   };
   const __half2 sc = __float2half2_rn(0.01f), bi = __float2half2_rn(-0.07f);
+  // kScales: this thread stages groups 4 (tid % 2) .. +3 of a stage for gate row and up row tid / 2.
+  const int srow = 16 * RB * blockIdx.x + tid / 2;
+  const size_t sbase = (size_t(expert) * 2 * kRows + srow) * kSteps + 4 * (tid % 2);
+  auto stage = [&](int s) {
+    uint2 v[4];
+    v[0] = *(const uint2*)(ex.scales + sbase + s);
+    v[1] = *(const uint2*)(ex.biases + sbase + s);
+    v[2] = *(const uint2*)(ex.scales + sbase + size_t(kRows) * kSteps + s);
+    v[3] = *(const uint2*)(ex.biases + sbase + size_t(kRows) * kSteps + s);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int slot = 4 * (tid % 2) + e, r = tid / 2 + 64 * m;
+        const uint32_t sw = e < 2 ? v[2 * m].x : v[2 * m].y, bw = e < 2 ? v[2 * m + 1].x : v[2 * m + 1].y;
+        const uint16_t sb = uint16_t(sw >> (16 * (e & 1))), bb = uint16_t(bw >> (16 * (e & 1)));
+        const uint16_t sh = __half_as_ushort(__float2half(__uint_as_float(uint32_t(sb) << 16)));
+        const uint16_t bh = __half_as_ushort(__float2half(__uint_as_float(uint32_t(bb) << 16)));
+        staged[2 * (slot * 128 + r)] = 0x10001u * sh;
+        staged[2 * (slot * 128 + r) + 1] = 0x10001u * bh;
+      }
+  };
   float acc[Pairs][RB][4] = {};
   uint2 q[RB], qn[RB];
   uint4 r[Runs > 0 ? Runs : 1], a[4 * Pairs];
@@ -125,6 +173,7 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
     const int next = s + 1 < kSteps ? s + 1 : s;
     uint4 an[4 * Pairs];
     if (M == Tile) {
+      if ((F & kScales) && s % 8 == 0) stage(s);
 #pragma unroll
       for (int i = 0; i < Runs; ++i) {
         const int qi = tid + 128 * i;
@@ -145,7 +194,16 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
       for (int block = 0; block < 4; ++block) {
         uint32_t b0[RB], b1[RB];
 #pragma unroll
-        for (int j = 0; j < RB; ++j) dequant(q[j], block, sc, bi, b0[j], b1[j]);
+        for (int j = 0; j < RB; ++j) {
+          __half2 js = sc, jb = bi;
+          if (F & kScales) {  // row lane / 4 of block j: gate rows 16 warp + 8 j, up rows 64 + ...
+            const int r = (j < RB / 2 ? 0 : 64) + 4 * RB * warp + 8 * (j % (RB / 2)) + (lane >> 2);
+            const uint2 v = *(const uint2*)(staged + 2 * ((s % 8) * 128 + r));
+            js = *reinterpret_cast<const __half2*>(&v.x);
+            jb = *reinterpret_cast<const __half2*>(&v.y);
+          }
+          dequant(q[j], block, js, jb, b0[j], b1[j]);
+        }
 #pragma unroll
         for (int p = 0; p < Pairs; ++p) {
           uint32_t af[4];
@@ -174,6 +232,32 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
       for (int i = 0; i < 4 * Pairs; ++i) a[i] = an[i];
     if (M == Tile) __syncthreads();
   }
+  if (F & kEpilogue) {
+    // Per warp a slab of 8 tokens x 32 results (16 gate, 16 up rows) in the staged memory; lane l takes
+    // row l % 16 of tokens 2m + l / 16.
+    float* slab = reinterpret_cast<float*>(staged) + warp * 8 * 36;
+    const int c = lane % 16, row = 16 * RB * blockIdx.x + 4 * RB * warp + c;
+#pragma unroll
+    for (int p = 0; p < Pairs; ++p)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+          const int col = 8 * j + 2 * (lane & 3);
+          slab[(lane >> 2) * 36 + col] = acc[p][j][2 * half];
+          slab[(lane >> 2) * 36 + col + 1] = acc[p][j][2 * half + 1];
+        }
+        __syncwarp();
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int t = 2 * m + lane / 16, token = 16 * p + 8 * half + t;
+          const float g = slab[t * 36 + c], u = slab[t * 36 + 16 + c];
+          ex.h[(size_t(expert) * Tokens + token) * kRows + row] = __float2half(g / (1.0f + __expf(-g)) * u);
+        }
+        __syncwarp();
+      }
+    return;
+  }
   float sum = 0;
 #pragma unroll
   for (int p = 0; p < Pairs; ++p)
@@ -182,11 +266,11 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
   out[(size_t(blockIdx.y) * gridDim.x + blockIdx.x) * 128 + tid] = sum;
 }
 
-template <int Tokens, Mode M, int RB = 4>
-void time(const char* name, const uint8_t* w, const uint4* x, float* out) {
+template <int Tokens, Mode M, int RB = 4, int F = 0>
+void time(const char* name, const uint8_t* w, const uint4* x, float* out, const Extras& ex = Extras{}) {
   const dim3 grid(kRows / (16 * RB), kExperts);
-  const Timing t = time_launches([&] { step<Tokens, M, RB><<<grid, 128>>>(w, x, out); });
-  std::printf("%2d tokens, %d row blocks per warp, %-13s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n",
+  const Timing t = time_launches([&] { step<Tokens, M, RB, F><<<grid, 128>>>(w, x, out, ex); });
+  std::printf("%2d tokens, %d row blocks per warp, %-16s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n",
               Tokens, RB, name, 1e3f * t.best_ms / 2, 1e3f * t.mean_ms / 2, kWeightBytes / (t.best_ms * 1e6f));
 }
 
@@ -199,6 +283,27 @@ int main() {
   CHECK(cudaMalloc(&x, size_t(kTokens) * kK * 2));
   CHECK(cudaMemset(x, 0x1c, size_t(kTokens) * kK * 2));
   CHECK(cudaMalloc(&out, size_t(kExperts) * (kRows / 64) * 128 * sizeof(float)));
+  // The extras: scales 0.01 and biases -0.07 (bf16); bucket e holds 32 entries of scattered tokens.
+  const size_t groups = size_t(kExperts) * 2 * kRows * kSteps;
+  std::vector<uint16_t> hs(groups, 0x3c24), hb(groups, 0xbd8f);
+  std::vector<uint32_t> tiles(1 + kExperts), offsets(kExperts + 1), entries(size_t(kExperts) * 32);
+  tiles[0] = kExperts;
+  for (int e = 0; e < kExperts; ++e) tiles[1 + e] = uint32_t(e) << 16;
+  for (int e = 0; e <= kExperts; ++e) offsets[e] = 32u * e;
+  for (size_t i = 0; i < entries.size(); ++i) entries[i] = uint32_t((i * 37 + 11) % kTokens * 8 + i % 8);
+  Extras ex{};
+  auto upload = [](const auto& v) {
+    void* d;
+    CHECK(cudaMalloc(&d, v.size() * sizeof(v[0])));
+    CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+    return d;
+  };
+  ex.scales = static_cast<const uint16_t*>(upload(hs));
+  ex.biases = static_cast<const uint16_t*>(upload(hb));
+  ex.tiles = static_cast<const uint32_t*>(upload(tiles));
+  ex.offsets = static_cast<const uint32_t*>(upload(offsets));
+  ex.entries = static_cast<const uint32_t*>(upload(entries));
+  CHECK(cudaMalloc(&ex.h, size_t(kExperts) * 32 * kRows * sizeof(__half)));
   std::printf("one expert layer's gate and up (%.0f MB), 256 experts' threadgroups of 64 + 64 rows (or 128 + 128), K = %d\n",
               kWeightBytes / 2e6, kK);
   for (int round = 0; round < 2; ++round) {
@@ -213,6 +318,14 @@ int main() {
     time<16, Tile, 8>("tile", w, x, out);
     time<16, ArithmeticOnly, 8>("arithmetic only", w, x, out);
     time<16, LoadsOnly, 8>("loads only", w, x, out);
+    time<16, Tile, 4, kScales>("tile + scales", w, x, out, ex);
+    time<16, Tile, 4, kLookups>("tile + lookups", w, x, out, ex);
+    time<16, Tile, 4, kEpilogue>("tile + epilogue", w, x, out, ex);
+    time<16, Tile, 4, kScales | kLookups | kEpilogue>("tile + all 3", w, x, out, ex);
+    time<32, Tile, 4, kScales>("tile + scales", w, x, out, ex);
+    time<32, Tile, 4, kLookups>("tile + lookups", w, x, out, ex);
+    time<32, Tile, 4, kEpilogue>("tile + epilogue", w, x, out, ex);
+    time<32, Tile, 4, kScales | kLookups | kEpilogue>("tile + all 3", w, x, out, ex);
   }
   return 0;
 }
