@@ -76,8 +76,10 @@ __device__ __forceinline__ void ldsm4(uint32_t* a, const __half* p) {
 // scales and biases staged as half pairs every 8 steps (each thread 4 groups of a gate and an up row,
 // loads before stores) and read per step by each warp for its row blocks; kLookups, the tile's rows
 // found through the bucket lists (tile -> bucket offsets -> entries) instead of computed; kEpilogue,
-// silu(gate) · up of the results written as halfs through per-warp slabs.
-enum Feature { kScales = 1, kLookups = 2, kEpilogue = 4 };
+// silu(gate) · up of the results written as halfs through per-warp slabs. kScales in two halves:
+// kStaging, the staging alone (the dequantisation takes constants), and kScaleReads, the per-step reads
+// alone (of scales staged once, before the first step).
+enum Feature { kScales = 1, kLookups = 2, kEpilogue = 4, kStaging = 8, kScaleReads = 16 };
 struct Extras {
   const uint16_t* scales;   // [expert][gate, up][row][group] bf16
   const uint16_t* biases;
@@ -173,7 +175,8 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
     const int next = s + 1 < kSteps ? s + 1 : s;
     uint4 an[4 * Pairs];
     if (M == Tile) {
-      if ((F & kScales) && s % 8 == 0) stage(s);
+      if ((F & (kScales | kStaging)) && s % 8 == 0) stage(s);
+      if ((F & kScaleReads) && s == 0) stage(s);
 #pragma unroll
       for (int i = 0; i < Runs; ++i) {
         const int qi = tid + 128 * i;
@@ -196,7 +199,7 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
 #pragma unroll
         for (int j = 0; j < RB; ++j) {
           __half2 js = sc, jb = bi;
-          if (F & kScales) {  // row lane / 4 of block j: gate rows 16 warp + 8 j, up rows 64 + ...
+          if (F & (kScales | kScaleReads)) {  // row lane / 4 of block j: gate rows 16 warp + 8 j, up rows 64 + ...
             const int r = (j < RB / 2 ? 0 : 64) + 4 * RB * warp + 8 * (j % (RB / 2)) + (lane >> 2);
             const uint2 v = *(const uint2*)(staged + 2 * ((s % 8) * 128 + r));
             js = *reinterpret_cast<const __half2*>(&v.x);
@@ -270,7 +273,7 @@ template <int Tokens, Mode M, int RB = 4, int F = 0>
 void time(const char* name, const uint8_t* w, const uint4* x, float* out, const Extras& ex = Extras{}) {
   const dim3 grid(kRows / (16 * RB), kExperts);
   const Timing t = time_launches([&] { step<Tokens, M, RB, F><<<grid, 128>>>(w, x, out, ex); });
-  std::printf("%2d tokens, %d row blocks per warp, %-16s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n",
+  std::printf("%2d tokens, %d row blocks per warp, %-18s %8.1f us per layer (best), %8.1f mean, weights at %5.0f GB/s\n",
               Tokens, RB, name, 1e3f * t.best_ms / 2, 1e3f * t.mean_ms / 2, kWeightBytes / (t.best_ms * 1e6f));
 }
 
@@ -326,6 +329,10 @@ int main() {
     time<32, Tile, 4, kLookups>("tile + lookups", w, x, out, ex);
     time<32, Tile, 4, kEpilogue>("tile + epilogue", w, x, out, ex);
     time<32, Tile, 4, kScales | kLookups | kEpilogue>("tile + all 3", w, x, out, ex);
+    time<16, Tile, 4, kStaging>("tile + staging", w, x, out, ex);
+    time<16, Tile, 4, kScaleReads>("tile + scale reads", w, x, out, ex);
+    time<32, Tile, 4, kStaging>("tile + staging", w, x, out, ex);
+    time<32, Tile, 4, kScaleReads>("tile + scale reads", w, x, out, ex);
   }
   return 0;
 }
