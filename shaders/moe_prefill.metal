@@ -695,14 +695,21 @@ inline void moe_down_q4_tile(
 }
 
 // out[t, c] = Σ_s y[positions[t·k + s], c] in slot order, then + ys[t, c] with the shared expert (the
-// CPU backend's order).
-[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void moe_combine(device const float* y [[buffer(0)]], device const float* ys [[buffer(1)]],
+// CPU backend's order). Thread i takes columns 4j .. 4j+3 of one token (j = i mod hidden / 4), one
+// 16-byte load per row of y and ys (scratch rows, 16-byte aligned): hidden is a multiple of 4 (the
+// experts' gate rows are whole 16-byte chunks of it in every stored format: GpuBackend::upload).
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void moe_combine(device const float4* y [[buffer(0)]], device const float4* ys [[buffer(1)]],
                         device const uint* positions [[buffer(2)]], device float* out [[buffer(3)]],
                         constant MoeTiledParams& p [[buffer(4)]], uint i [[thread_position_in_grid]]) {
-  const uint count = p.n * p.hidden;
-  const uint ic = min(i, count - 1u), t = ic / p.hidden, c = ic % p.hidden;
-  float sum = 0.0f;
-  for (uint s = 0; s < p.k; ++s) sum += y[ulong(positions[t * p.k + s]) * p.hidden + c];
-  const float shared = ys[ic];  // bound (and unread by the sum) without a shared expert too
-  if (i < count) out[i] = p.shared != 0u ? sum + shared : sum;
+  const uint runs = p.hidden / 4u, count = p.n * runs;
+  const uint ic = min(i, count - 1u), t = ic / runs, j = ic % runs;
+  float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (uint s = 0; s < p.k; ++s) {
+    const float4 v = y[ulong(positions[t * p.k + s]) * runs + j];
+    sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
+  }
+  const float4 shared = ys[ic];  // bound (and unread by the sums) without a shared expert too
+  const float extra[4] = {shared.x, shared.y, shared.z, shared.w};
+  if (i < count)  // out may be a view at any float: four stores
+    for (uint e = 0; e < 4u; ++e) out[4u * ulong(i) + e] = p.shared != 0u ? sum[e] + extra[e] : sum[e];
 }

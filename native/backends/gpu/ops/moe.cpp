@@ -201,7 +201,7 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
 
   namespace cb = k::moe_combine;
   Call(*this, cb::id).buf(cb::y, moe_y_.get()).buf(cb::ys, moe_shared_y_.get()).buf(cb::positions, moe_positions_.get())
-      .buf(cb::out, out).params(cb::p, p).grid(ceil_div(size_t(n) * p.hidden, ELEMENTWISE_THREADS))
+      .buf(cb::out, out).params(cb::p, p).grid(ceil_div(size_t(n) * ceil_div(p.hidden, 4u), ELEMENTWISE_THREADS))
       .threads(ELEMENTWISE_THREADS).run();
 }
 
