@@ -199,9 +199,9 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
       .buf(dn::ys, moe_shared_y_.get()).params(dn::p, p).buf(dn::tiles, moe_tiles_.get())
       .grid(ceil_div(p.hidden, down_rows), max_tiles).threads(GEMM_THREADS).run();
 
-  namespace cb = k::moe_combine;
+  namespace cb = k::moe_combine;  // a thread per 4 columns: hidden is a multiple of 4 (rows of 16-byte chunks)
   Call(*this, cb::id).buf(cb::y, moe_y_.get()).buf(cb::ys, moe_shared_y_.get()).buf(cb::positions, moe_positions_.get())
-      .buf(cb::out, out).params(cb::p, p).grid(ceil_div(size_t(n) * ceil_div(p.hidden, 4u), ELEMENTWISE_THREADS))
+      .buf(cb::out, out).params(cb::p, p).grid(ceil_div(size_t(n) * (p.hidden / 4), ELEMENTWISE_THREADS))
       .threads(ELEMENTWISE_THREADS).run();
 }
 
