@@ -68,9 +68,9 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
   uint h[4], l[4];
   for (uint e = 0; e < 4u; ++e) {
     const float a = v[2u * e], b = v[2u * e + 1u];
-    const float ra = a - float(half(a)), rb = b - float(half(b));  // exact: a and half(a) share the top bits
-    h[e] = half2_bits(a, b);
-    l[e] = half2_bits(ra, rb);
+    const float ha = float(half(a)), hb = float(half(b));
+    h[e] = half2_bits(ha, hb);
+    l[e] = half2_bits(a - ha, b - hb);  // a − ha is exact: a and half(a) share the top bits
   }
   store_words(hi, uint4(h[0], h[1], h[2], h[3]));
   store_words(lo, uint4(l[0], l[1], l[2], l[3]));
@@ -107,15 +107,9 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
   threadgroup half* w_hi = x_lo + GEMM_EXACT_TILE * TILE_LD(GEMM_EXACT_K);
   threadgroup half* w_lo = w_hi + GEMM_EXACT_TILE * TILE_LD(GEMM_EXACT_K);
   const uint tile = group.x, t0 = GEMM_EXACT_TILE * group.y;
-  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
-                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
-  const WeightDesc w = pick_weight(p.w, j);
-  const uint row0 =
-      GEMM_EXACT_TILE * (tile - (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]));
-  device const uchar* data = j == 0u ? w0 : j == 1u ? w1 : j == 2u ? w2 : w3;
-  device const uchar* scales = j == 0u ? s0 : j == 1u ? s1 : j == 2u ? s2 : s3;
-  device const uchar* biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
-  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+  const GemmJob job = gemm_job(p, tile, GEMM_EXACT_TILE, w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3);
+  const WeightDesc w = job.w;
+  const uint row0 = job.row0;
 
   // Loading: run i of thread tid is tile row (tid + threads·i) / EXACT_RUNS_PER_ROW, its run of 8
   // columns (tid + threads·i) % EXACT_RUNS_PER_ROW of each K-step, read a step ahead, so that a
@@ -139,7 +133,7 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
   ExactRun r[EXACT_RUNS_PER_THREAD];
 #pragma unroll
   for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i)
-    r[i] = exact_fetch(w, data, scales, biases, wrow[i], xrow[i], p.cols, k_begin + first_col[i]);
+    r[i] = exact_fetch(w, job.data, job.scales, job.biases, wrow[i], xrow[i], p.cols, k_begin + first_col[i]);
   for (uint k0 = k_begin; k0 < k_end; k0 += GEMM_EXACT_K) {
 #pragma unroll
     for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i) {
@@ -154,7 +148,7 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
     // The next step's reads, in flight during the products (after the last: clamped, unused).
 #pragma unroll
     for (uint i = 0; i < EXACT_RUNS_PER_THREAD; ++i)
-      r[i] = exact_fetch(w, data, scales, biases, wrow[i], xrow[i], p.cols, k0 + GEMM_EXACT_K + first_col[i]);
+      r[i] = exact_fetch(w, job.data, job.scales, job.biases, wrow[i], xrow[i], p.cols, k0 + GEMM_EXACT_K + first_col[i]);
     tile_products(x_hi, w_hi, GEMM_EXACT_K, 32u * m, 32u * c, 4u, acc);
     tile_products(x_hi, w_lo, GEMM_EXACT_K, 32u * m, 32u * c, 4u, acc);
     tile_products(x_lo, w_hi, GEMM_EXACT_K, 32u * m, 32u * c, 4u, acc);
@@ -170,7 +164,7 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
       const float v = slab[e * STAGING_LD + lane];
       if (t < p.n && row < w.rows) {
         if (p.parts > 1u) partial[(ulong(group.z) * p.n + t) * padded_rows + GEMM_EXACT_TILE * tile + local] = v;
-        else out[ulong(t) * w.rows + row] = v;
+        else job.out[ulong(t) * w.rows + row] = v;
       }
     }
     slab_done();

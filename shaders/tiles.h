@@ -140,6 +140,35 @@ inline WeightDesc pick_expert_weight(constant WeightDesc& routed, constant Weigh
   return d;
 }
 
+// The job of row tile `tile` of a launch (the row tiles of all jobs numbered consecutively, job j's
+// from p.first_tile[j]; tiles of `tile_rows` rows): its matrix and buffers, and its first row.
+struct GemmJob {
+  WeightDesc w;
+  device const uchar* data;
+  device const uchar* scales;
+  device const uchar* biases;
+  device float* out;
+  uint row0;
+};
+
+inline GemmJob gemm_job(constant GemmParams& p, uint tile, uint tile_rows, device const uchar* w0, device const uchar* s0,
+                        device const uchar* b0, device float* out0, device const uchar* w1, device const uchar* s1,
+                        device const uchar* b1, device float* out1, device const uchar* w2, device const uchar* s2,
+                        device const uchar* b2, device float* out2, device const uchar* w3, device const uchar* s3,
+                        device const uchar* b3, device float* out3) {
+  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
+                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
+  GemmJob job;
+  job.w = pick_weight(p.w, j);
+  job.row0 =
+      tile_rows * (tile - (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]));
+  job.data = j == 0u ? w0 : j == 1u ? w1 : j == 2u ? w2 : w3;
+  job.scales = j == 0u ? s0 : j == 1u ? s1 : j == 2u ? s2 : s3;
+  job.biases = j == 0u ? b0 : j == 1u ? b1 : j == 2u ? b2 : b3;
+  job.out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+  return job;
+}
+
 // a and b rounded to half, as the bits of a half2 (a in the low half; the emulator's half is a class,
 // whose assignment cannot target threadgroup memory in the strict address-space mode).
 inline uint half2_bits(float a, float b) { return uint(as_type<ushort>(half(a))) | (uint(as_type<ushort>(half(b))) << 16u); }
