@@ -89,7 +89,9 @@ inline float softplus(float x) {
 // at once. A simdgroup per (token, key head): q and k l2-normalised (q also scaled by key_dim^-½) into
 // qk [n, key_heads, 2, DELTANET_MAX_KEY_DIM] (q's row, then k's; zeros past key_dim, so that the
 // recurrence reads whole rows without masks), and for each value head of that key head the float4
-// gates [n, value_heads] = (decay, β, k·q, 0). 4 keys per lane; grid (ceil(n·key_heads / simdgroups)).
+// gates [n, value_heads] = (decay, β, k·q, k_pair): deltanet_tokens steps tokens t, t + 1 (t even) together,
+// and k_pair is what the second token's sums need of the first's k: k_t·k_{t+1} at an even token, k_{t-1}·q_t
+// at an odd one (0 without a partner). 4 keys per lane; grid (ceil(n·key_heads / simdgroups)).
 [[max_total_threads_per_threadgroup(DELTANET_TOKENS_THREADS)]] kernel void deltanet_prep(
     device const float* qkv [[buffer(0)]], device const float* b [[buffer(1)]], device const float* a [[buffer(2)]],
     device const float* A_log [[buffer(3)]], device const float* dt_bias [[buffer(4)]], device float4* qk [[buffer(5)]],
@@ -101,16 +103,25 @@ inline float softplus(float x) {
   const uint Dk = p.key_dim, Hk = p.key_heads, Hv = p.value_heads, key_total = Hk * Dk;
   const uint conv_dim = 2u * key_total + Hv * p.value_dim;
   const uint pair = group * simdgroups + sg, pc = min(pair, p.n * Hk - 1u), t = pc / Hk, kh = pc % Hk;
-  const bool mine = lane * 4u < Dk;
+  const uint partner = t ^ 1u;  // the other token of t's step
+  const bool mine = lane * 4u < Dk, even = (t & 1u) == 0u;
   device const float* qr = qkv + ulong(t) * conv_dim + kh * Dk + min(lane * 4u, Dk - 4u);
-  float q[4], k[4];
-  for (uint e = 0; e < 4u; ++e) q[e] = qr[e], k[e] = qr[key_total + e];
-  float qq = 0.0f, kk = 0.0f, qkd = 0.0f;
-  for (uint e = 0; e < 4u; ++e) qq += q[e] * q[e], kk += k[e] * k[e], qkd += q[e] * k[e];
+  device const float* pr = qkv + ulong(min(partner, p.n - 1u)) * conv_dim + key_total + kh * Dk + min(lane * 4u, Dk - 4u);
+  float q[4], k[4], kp[4];
+  for (uint e = 0; e < 4u; ++e) q[e] = qr[e], k[e] = qr[key_total + e], kp[e] = pr[e];
+  float qq = 0.0f, kk = 0.0f, qkd = 0.0f, kpkp = 0.0f, pd = 0.0f;  // pd: the partner's k with t's k (even) or q
+  for (uint e = 0; e < 4u; ++e) {
+    qq += q[e] * q[e], kk += k[e] * k[e], qkd += q[e] * k[e];
+    kpkp += kp[e] * kp[e], pd += (even ? k[e] : q[e]) * kp[e];
+  }
   qq = simd_sum(mine ? qq : 0.0f);
   kk = simd_sum(mine ? kk : 0.0f);
   qkd = simd_sum(mine ? qkd : 0.0f);
-  const float qn = mine ? 1.0f / sqrt(float(Dk)) / sqrt(qq + p.eps) : 0.0f, kn = mine ? 1.0f / sqrt(kk + p.eps) : 0.0f;
+  kpkp = simd_sum(mine ? kpkp : 0.0f);
+  pd = simd_sum(mine ? pd : 0.0f);
+  const float q_scale = 1.0f / sqrt(float(Dk)) / sqrt(qq + p.eps), k_scale = 1.0f / sqrt(kk + p.eps);
+  const float qn = mine ? q_scale : 0.0f, kn = mine ? k_scale : 0.0f;  // zeros past key_dim in the rows
+  const float k_pair = partner < p.n ? pd * (even ? k_scale : q_scale) / sqrt(kpkp + p.eps) : 0.0f;
   if (pair >= p.n * Hk) return;  // after the collectives, which need every lane
   // Written a float at a time: the strict address-space build has no vector stores.
   device float* row = (device float*)(qk + (ulong(t) * Hk + kh) * 2u * W4);
@@ -121,7 +132,7 @@ inline float softplus(float x) {
     const float beta = sigmoid(b[ulong(t) * Hv + hv]);
     const float decay = exp(-exp(A_log[hv]) * softplus(a[ulong(t) * Hv + hv] + dt_bias[hv]));
     device float* gate = (device float*)(gates + ulong(t) * Hv + hv);
-    gate[0] = decay, gate[1] = beta, gate[2] = qkd * qn * kn, gate[3] = 0.0f;
+    gate[0] = decay, gate[1] = beta, gate[2] = qkd * q_scale * k_scale, gate[3] = k_pair;
     if (p.trace_beta != 0u) trace_beta[ulong(t) * Hv + hv] = beta;
     if (p.trace_decay != 0u) trace_decay[ulong(t) * Hv + hv] = decay;
   }
@@ -133,22 +144,30 @@ inline float softplus(float x) {
 // passes during the steps. A lane holds DELTANET_LANE_COLUMNS (2) adjacent columns of the state for
 // DELTANET_MAX_KEY_DIM / DELTANET_PARTS keys (in float4s part, part + DELTANET_PARTS, ... of a staged row:
 // 16-byte loads, the lanes of a column on distinct banks), so each staged k and q read serves two
-// columns. Both sums of both columns come from the state before the update:
-//   m = decay·(Sᵀk),  δ = β(v − m),  o = decay·(Sᵀq) + δ·(k·q)  (= Sᵀq after S = decay·S + k⊗δ),
-// and the 8 lanes of a column pair reduce the four with five shuffles: each exchange sends the half of
-// the values its partner keeps, so that lane bit 0 ends with m or o and bit 1 with the column; two reads
-// then give every lane both m. The step is what the time goes to, so it has no index arithmetic and no
-// masks (keys past key_dim are zeros in the staged rows and add nothing; their state is never stored).
-// Columns past value_dim repeat the last and are not stored. grid (value_heads, ceil(value_dim /
-// DELTANET_TOKENS_COLUMNS)).
+// columns. A step takes two tokens t, u = t + 1 from the state S before both: per column the sums
+// A = Sᵀk_t, B = Sᵀq_t, C = Sᵀk_u, D = Sᵀq_u in one pass, then
+//   δ_t = β_t(v_t − d_t·A),  o_t = d_t·B + δ_t·(k_t·q_t),
+//   δ_u = β_u(v_u − d_u(d_t·C + δ_t·(k_t·k_u))),  o_u = d_u(d_t·D + δ_t·(k_t·q_u)) + δ_u·(k_u·q_u),
+//   S = (d_t·d_u)·S + k_t⊗(d_u·δ_t) + k_u⊗δ_u
+// (d the decays; k_t·k_u and k_t·q_u are the gates' fourth values): the same recurrence as a token at a
+// time, with half the serial chains of sums and shuffles per token and 3 operations per state element for
+// two tokens instead of 4. The 8 lanes of a column pair reduce the eight sums with seven shuffles: each
+// exchange sends the half of the values its partner keeps, so that lane bit 0 ends with a k or q sum, bit 1
+// with the column and bit 2 with the token; four reads then give every lane the four k sums, and so the
+// δ of both columns and tokens. The step is what the time goes to, so it has no index arithmetic and no
+// masks (keys past key_dim are zeros in the staged rows and add nothing; their state is never stored; a
+// block's tokens past n are staged with gates (1, 0, 0, 0), so that a lone last token steps as a pair that
+// leaves the state as the token alone would). Columns past value_dim repeat the last and are not stored.
+// grid (value_heads, ceil(value_dim / DELTANET_TOKENS_COLUMNS)).
 struct DeltaNetBlockInputs {  // a thread's reads of one block (see deltanet_tokens)
   float4 qk[DELTANET_BLOCK * DELTANET_MAX_KEY_DIM / 2u / DELTANET_TOKENS_THREADS];
   float4 gate;
   float v[DELTANET_BLOCK * DELTANET_TOKENS_COLUMNS / DELTANET_TOKENS_THREADS];
 };
 
-// Block t0's reads, clamped to the last token (tokens past n are staged but never stepped): float4 i of
-// the block's q|k rows, the gates of token tid (tid < DELTANET_BLOCK), v of (token, column) i.
+// Block t0's reads, clamped to the last token (tokens past n are staged, with gates that make their steps
+// change nothing): float4 i of the block's q|k rows, the gates of token tid (tid < DELTANET_BLOCK), v of
+// (token, column) i.
 inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device const float4* qk,
                                                  device const float4* gates, constant DeltaNetParams& p, uint t0,
                                                  uint hv, uint kh, uint col0, uint tid) {
@@ -160,8 +179,9 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
     const float4 v = qk[(ulong(min(t0 + f / ROW4, last)) * p.key_heads + kh) * ROW4 + f % ROW4];
     in.qk[i] = v;
   }
-  const float4 gate = gates[ulong(min(t0 + min(tid, DELTANET_BLOCK - 1u), last)) * p.value_heads + hv];
-  in.gate = gate;
+  const uint t = t0 + min(tid, DELTANET_BLOCK - 1u);
+  const float4 gate = gates[ulong(min(t, last)) * p.value_heads + hv];
+  in.gate = t <= last ? gate : float4(1.0f, 0.0f, 0.0f, 0.0f);  // decay 1, β 0: δ = 0
   for (uint i = 0; i < DELTANET_BLOCK * DELTANET_TOKENS_COLUMNS / DELTANET_TOKENS_THREADS; ++i) {
     const uint f = tid + DELTANET_TOKENS_THREADS * i, j = min(col0 + f % DELTANET_TOKENS_COLUMNS, p.value_dim - 1u);
     in.v[i] = qkv[ulong(min(t0 + f / DELTANET_TOKENS_COLUMNS, last)) * conv_dim + 2u * p.key_heads * p.key_dim +
@@ -183,17 +203,23 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
   static_assert(W4 % P == 0u && (DELTANET_BLOCK * 2u * W4) % DELTANET_TOKENS_THREADS == 0u &&
                     (DELTANET_BLOCK * COLUMNS) % DELTANET_TOKENS_THREADS == 0u && DELTANET_BLOCK <= DELTANET_TOKENS_THREADS,
                 "whole float4s and values per thread and block");
+  static_assert(DELTANET_BLOCK % 2u == 0u, "steps of two tokens from an even token");
   threadgroup float4 qks[DELTANET_BLOCK * 2u * W4];  // [token][q | k]
   threadgroup float4 gs[DELTANET_BLOCK];
-  threadgroup float vs[DELTANET_BLOCK * COLUMNS];
+  threadgroup float2 vs2[DELTANET_BLOCK * COLUMNS / 2u];  // a lane's two columns in one read
+  threadgroup float* vs = (threadgroup float*)vs2;
 
   const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
   const uint hv = group.x, kh = hv / (Hv / p.key_heads);
   const uint col0 = group.y * COLUMNS, col = 2u * (sg * (32u / P) + lane / P), j = col0 + col;  // the lane's columns j, j + 1
   const uint j0 = min(j, Dv - 1u), j1 = min(j + 1u, Dv - 1u);
   const uint part = lane % P;
-  const bool holds_o = (lane & 1u) != 0u, second = (lane & 2u) != 0u;  // what the shuffles leave in this lane
-  const ushort pair_lane = ushort(lane & ~3u);                          // the lane left with m of column j
+  // What the shuffles leave in this lane: a q sum (else k), of column j + 1 (else j), of token u (else t).
+  const bool holds_o = (lane & 1u) != 0u, second = (lane & 2u) != 0u, later = (lane & 4u) != 0u;
+  const ushort sums_lane = ushort(lane & ~7u);  // the lane left with Sᵀk_t of column j
+  const uint token = later ? 1u : 0u, jo = j + (second ? 1u : 0u);  // the output of a lane that holds_o
+  const bool writes = holds_o && jo < Dv;
+  device float* out_lane = out + ulong(token) * Hv * Dv + ulong(hv) * Dv + jo;
 
   device float* S = state + ulong(hv) * Dk * Dv;
   float s0[4u * F], s1[4u * F];  // key 4·(part + P·i) + e is s[4i + e]; past key_dim any finite value (clamped), never stored
@@ -213,36 +239,47 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
     // The next block's reads, in flight during the steps (after the last block: the last token again).
     in = deltanet_block_inputs(qkv, qk, gates, p, min(t0 + DELTANET_BLOCK, p.n - 1u), hv, kh, col0, tid);
 
-    for (uint t = 0; t < count; ++t) {
-      threadgroup const float4* qr = qks + t * 2u * W4 + part;
-      threadgroup const float4* kr = qr + W4;
-      const float4 g = gs[t];
-      float m0p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o0p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      float m1p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1p[4] = {0.0f, 0.0f, 0.0f, 0.0f}, k[4u * F];
+    for (uint t = 0; t < count; t += 2u) {  // tokens t and u = t + 1 (past n when count is odd)
+      const uint u = t + 1u;
+      threadgroup const float4* row_t = qks + t * 2u * W4 + part;  // q, then k at + W4
+      threadgroup const float4* row_u = row_t + 2u * W4;
+      const float4 gt = gs[t], gu = gs[u];
+      // x[kind + 2·column + 4·token]: kind 0 Sᵀk, 1 Sᵀq; one chain per sum (eight in flight).
+      float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, kt[4u * F], ku[4u * F];
       for (uint i = 0; i < F; ++i) {
-        const float4 kf = kr[P * i], qf = qr[P * i];
-        const float kv[4] = {kf.x, kf.y, kf.z, kf.w}, qv[4] = {qf.x, qf.y, qf.z, qf.w};
+        const float4 ktf = row_t[W4 + P * i], qtf = row_t[P * i], kuf = row_u[W4 + P * i], quf = row_u[P * i];
+        const float ktv[4] = {ktf.x, ktf.y, ktf.z, ktf.w}, qtv[4] = {qtf.x, qtf.y, qtf.z, qtf.w};
+        const float kuv[4] = {kuf.x, kuf.y, kuf.z, kuf.w}, quv[4] = {quf.x, quf.y, quf.z, quf.w};
         for (uint e = 0; e < 4u; ++e) {
-          k[4u * i + e] = kv[e];
-          m0p[e] += s0[4u * i + e] * kv[e], o0p[e] += s0[4u * i + e] * qv[e];
-          m1p[e] += s1[4u * i + e] * kv[e], o1p[e] += s1[4u * i + e] * qv[e];
+          const float a0 = s0[4u * i + e], a1 = s1[4u * i + e];
+          kt[4u * i + e] = ktv[e], ku[4u * i + e] = kuv[e];
+          x[0] += a0 * ktv[e], x[1] += a0 * qtv[e], x[2] += a1 * ktv[e], x[3] += a1 * qtv[e];
+          x[4] += a0 * kuv[e], x[5] += a0 * quv[e], x[6] += a1 * kuv[e], x[7] += a1 * quv[e];
         }
       }
-      const float m0 = (m0p[0] + m0p[1]) + (m0p[2] + m0p[3]), o0 = (o0p[0] + o0p[1]) + (o0p[2] + o0p[3]);
-      const float m1 = (m1p[0] + m1p[1]) + (m1p[2] + m1p[3]), o1 = (o1p[0] + o1p[1]) + (o1p[2] + o1p[3]);
-      // Lane bit 0 keeps o (1) or m (0), bit 1 column j + 1 (1) or j (0); bit 2's exchange completes the sums.
-      const float a = (holds_o ? o0 : m0) + simd_shuffle_xor(holds_o ? m0 : o0, ushort(1));
-      const float b = (holds_o ? o1 : m1) + simd_shuffle_xor(holds_o ? m1 : o1, ushort(1));
-      float sum = (second ? b : a) + simd_shuffle_xor(second ? a : b, ushort(2));
-      sum += simd_shuffle_xor(sum, ushort(4));
-      const float m_j0 = simd_shuffle(sum, pair_lane), m_j1 = simd_shuffle(sum, ushort(pair_lane | 2u));
-      const float decay = g.x;
-      const float delta0 = g.y * (vs[t * COLUMNS + col] - decay * m_j0);
-      const float delta1 = g.y * (vs[t * COLUMNS + col + 1u] - decay * m_j1);
-      const float o = decay * sum + (second ? delta1 : delta0) * g.z;  // meaningful where holds_o
-      for (uint i = 0; i < 4u * F; ++i) s0[i] = s0[i] * decay + k[i] * delta0, s1[i] = s1[i] * decay + k[i] * delta1;
-      const uint jo = j + (second ? 1u : 0u);
-      if (holds_o && part < 4u && jo < Dv) out[ulong(t0 + t) * Hv * Dv + ulong(hv) * Dv + jo] = o;
+      float y[4], z[2];
+      for (uint i = 0; i < 4u; ++i)
+        y[i] = (holds_o ? x[2u * i + 1u] : x[2u * i]) + simd_shuffle_xor(holds_o ? x[2u * i] : x[2u * i + 1u], ushort(1));
+      for (uint i = 0; i < 2u; ++i)
+        z[i] = (second ? y[2u * i + 1u] : y[2u * i]) + simd_shuffle_xor(second ? y[2u * i] : y[2u * i + 1u], ushort(2));
+      const float sum = (later ? z[1] : z[0]) + simd_shuffle_xor(later ? z[0] : z[1], ushort(4));
+      const float A0 = simd_shuffle(sum, sums_lane), A1 = simd_shuffle(sum, ushort(sums_lane | 2u));
+      const float C0 = simd_shuffle(sum, ushort(sums_lane | 4u)), C1 = simd_shuffle(sum, ushort(sums_lane | 6u));
+      const float dt = gt.x, du = gu.x;
+      const float2 vt = vs2[t * (COLUMNS / 2u) + col / 2u], vu = vs2[u * (COLUMNS / 2u) + col / 2u];
+      const float delta_t0 = gt.y * (vt.x - dt * A0), delta_t1 = gt.y * (vt.y - dt * A1);
+      const float delta_u0 = gu.y * (vu.x - du * (dt * C0 + delta_t0 * gt.w));
+      const float delta_u1 = gu.y * (vu.y - du * (dt * C1 + delta_t1 * gt.w));
+      // Meaningful where holds_o: o_t, or o_u from its sum, the column's δ_t and δ_u.
+      const float delta_t = second ? delta_t1 : delta_t0, delta_u = second ? delta_u1 : delta_u0;
+      const float sq = dt * sum + delta_t * (later ? gu.w : gt.z);
+      const float o = later ? du * sq + delta_u * gu.z : sq;
+      const float dd = dt * du, kt0 = du * delta_t0, kt1 = du * delta_t1;
+      for (uint i = 0; i < 4u * F; ++i) {
+        s0[i] = s0[i] * dd + kt[i] * kt0 + ku[i] * delta_u0;
+        s1[i] = s1[i] * dd + kt[i] * kt1 + ku[i] * delta_u1;
+      }
+      if (writes && t + token < count) out_lane[ulong(t0 + t) * Hv * Dv] = o;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the next block overwrites the staged tokens
   }

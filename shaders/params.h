@@ -135,11 +135,12 @@
 #define DELTANET_MAX_KEY_DIM 128u
 #define DELTANET_MAX_VALUE_DIM 128
 #define DELTANET_MAX_THREADS 512
-// deltanet_tokens (prompts, n > 1): tokens staged per block in threadgroup memory; lanes per column of the
-// state (DELTANET_MAX_KEY_DIM / DELTANET_PARTS keys each) and columns per lane: the kernel is bound by its
-// threadgroup-memory reads and shuffles, so 8 lanes of 2 columns each share each staged k and q read
-// between two columns and four sums between one set of shuffles; simdgroups per threadgroup, so columns
-// per threadgroup. deltanet_prep runs on DELTANET_TOKENS_THREADS too.
+// deltanet_tokens (prompts, n > 1): tokens staged per block in threadgroup memory (an even count: the steps
+// take two tokens from an even one); lanes per column of the state (DELTANET_MAX_KEY_DIM / DELTANET_PARTS
+// keys each) and columns per lane: the kernel is bound by its threadgroup-memory reads and shuffles, so 8
+// lanes of 2 columns each share each staged k and q read between two columns and eight sums between one
+// set of shuffles; simdgroups per threadgroup, so columns per threadgroup. deltanet_prep runs on
+// DELTANET_TOKENS_THREADS too.
 #define DELTANET_BLOCK 16u
 #define DELTANET_PARTS 8u
 #define DELTANET_LANE_COLUMNS 2u

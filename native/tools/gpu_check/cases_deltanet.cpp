@@ -45,10 +45,11 @@ void add_deltanet_cases(Cases& all) {
   });
 
   // One token, or a traced state norm, runs `deltanet`; longer calls deltanet_prep and deltanet_tokens:
-  // blocks of DELTANET_BLOCK tokens, ragged last blocks, value_dim not a multiple of the threadgroup's
-  // DELTANET_TOKENS_COLUMNS (24: columns past it computed, not stored), GQA, key_dim below the
-  // staged width (24, 32, 64: zero-padded keys) and 130 tokens crossing two 64-token boundaries. Both leave
-  // the state the next call continues from.
+  // blocks of DELTANET_BLOCK tokens, ragged last blocks, an odd count (the last token's step without a second),
+  // value_dim not a multiple of the threadgroup's DELTANET_TOKENS_COLUMNS (24: columns past it computed,
+  // not stored), GQA (16 value heads on one key head of 24 keys: more gate lanes than key lanes), key_dim
+  // below the staged width (24, 32, 64: zero-padded keys) and 130 tokens crossing two 64-token boundaries.
+  // Both leave the state the next call continues from.
   enum class Traced { none, gates, all };
   struct DnShape {
     int kh, vh, dk, dv, n;
@@ -58,7 +59,8 @@ void add_deltanet_cases(Cases& all) {
                     DnShape{1, 2, 128, 32, 3, Traced::all}, DnShape{2, 2, 32, 96, 2, Traced::all},
                     DnShape{2, 4, 128, 96, 2, Traced::none}, DnShape{1, 2, 24, 16, 5, Traced::none},
                     DnShape{2, 4, 128, 128, int(DELTANET_BLOCK), Traced::gates}, DnShape{2, 4, 64, 24, 17, Traced::none},
-                    DnShape{2, 6, 32, 32, 65, Traced::gates}, DnShape{1, 2, 128, 64, 130, Traced::none}})
+                    DnShape{2, 6, 32, 32, 65, Traced::gates}, DnShape{1, 16, 24, 16, 9, Traced::none},
+                    DnShape{1, 2, 128, 64, 130, Traced::none}})
     add("deltanet " + std::to_string(d.vh) + "x" + std::to_string(d.dk) + "x" + std::to_string(d.dv) + " n" +
             std::to_string(d.n) + (d.trace == Traced::all ? " traced" : d.trace == Traced::gates ? " gates traced" : ""),
         [d](Ctx& c) {
@@ -89,6 +91,29 @@ void add_deltanet_cases(Cases& all) {
           }
           if (d.trace == Traced::all) c.expect_close("deltanet state norm", tn, size_t(d.n) * d.vh, 1e-5f);
         });
+
+  // A prompt of two blocks and a lone token on deltanet_tokens, then tokens one by one on `deltanet` from the
+  // state it leaves.
+  add("deltanet prefill then decode", [](Ctx& c) {
+    const int n = 2 * int(DELTANET_BLOCK) + 1, steps = 3, kh = 2, vh = 4, dk = 128, dv = 64;
+    c.shape = "2/4 heads, dk 128, dv 64, " + std::to_string(n) + " tokens then 3 one by one";
+    const int conv_dim = 2 * kh * dk + vh * dv, total = n + steps;
+    const DeltaNetShape s{kh, vh, dk, dv, 1e-6f};
+    Pair qkv = c.floats(c.rng.normals(size_t(total) * conv_dim)), b = c.floats(c.rng.normals(size_t(total) * vh));
+    Pair a = c.floats(c.rng.normals(size_t(total) * vh)), A = c.floats(c.rng.normals(vh, 0.5f));
+    Pair dt = c.floats(c.rng.normals(vh)), st = c.floats(c.rng.normals(size_t(vh) * dk * dv, 0.1f));
+    Pair out = c.zeros(size_t(total) * vh * dv);
+    for (int t0 : {0, n, n + 1, n + 2}) {
+      const int m = t0 == 0 ? n : 1;
+      const size_t x = size_t(t0) * conv_dim, g = size_t(t0) * vh, o = size_t(t0) * vh * dv;
+      c.cpu.deltanet(View(qkv.cpu.get(), x), View(b.cpu.get(), g), View(a.cpu.get(), g), View(A.cpu.get()),
+                     View(dt.cpu.get()), View(st.cpu.get()), m, s, View(out.cpu.get(), o), {});
+      c.gpu.deltanet(View(qkv.gpu.get(), x), View(b.gpu.get(), g), View(a.gpu.get(), g), View(A.gpu.get()),
+                     View(dt.gpu.get()), View(st.gpu.get()), m, s, View(out.gpu.get(), o), {});
+    }
+    c.expect_close("deltanet out", out, size_t(total) * vh * dv, 1e-4f);
+    c.expect_close("deltanet state", st, size_t(vh) * dk * dv, 1e-4f);
+  });
 
 }
 
