@@ -14,9 +14,11 @@
 // warp (128 + 128 rows per threadgroup: each activation read feeds twice the weights). In the plain
 // runs the scales and biases are constants and the rows are gathered without the bucket lookups; the
 // "tile +" runs add what the kernel does around the K-step, one at a time and all together (Feature,
-// below: staged scales, bucket lookups, the SwiGLU epilogue). The values are meaningless; only the
-// time is measured. What the H200 measured: docs/reports/2026-12-03-h200-prompt-stall-sampling.md
-// and, for the extras, docs/reports/2026-12-04-h200-split-half-router-gemm.md.
+// below: staged scales, bucket lookups, the SwiGLU epilogue), and the same with the scales applied after
+// the products instead of in the dequantisation ("mmq"). The values are meaningless; only the time is
+// measured. What the H200 measured: docs/reports/2026-12-03-h200-prompt-stall-sampling.md, for the
+// extras docs/reports/2026-12-04-h200-split-half-router-gemm.md, and for "mmq"
+// docs/reports/2026-12-04-h200-deltanet-token-pairs.md.
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/q4-step-study bench/gpu/q4-step-study.cu && /tmp/q4-step-study
 #include <cuda_fp16.h>
@@ -79,7 +81,12 @@ __device__ __forceinline__ void ldsm4(uint32_t* a, const __half* p) {
 // silu(gate) · up of the results written as halfs through per-warp slabs. kScales in two halves:
 // kStaging, the staging alone (the dequantisation takes constants), and kScaleReads, the per-step reads
 // alone (of scales staged once, before the first step).
-enum Feature { kScales = 1, kLookups = 2, kEpilogue = 4, kStaging = 8, kScaleReads = 16 };
+// kMmq (with kScales): the products on the stored 4-bit values themselves, q exact in half, into a
+// per-step accumulator P; each row's sums of the step's activations by one more product with a B of
+// ones (xs, in the accumulator's layout); then acc += s·P + b·xs per step, the scales read from the
+// staged pairs once per step and row pair. No scale or bias reaches the tensor cores' operands. P and
+// xs take registers: these builds run 4 threadgroups per SM (128 registers), the others 5 (96).
+enum Feature { kScales = 1, kLookups = 2, kEpilogue = 4, kStaging = 8, kScaleReads = 16, kMmq = 32 };
 struct Extras {
   const uint16_t* scales;   // [expert][gate, up][row][group] bf16
   const uint16_t* biases;
@@ -90,7 +97,7 @@ struct Extras {
 };
 
 template <int Tokens, Mode M, int RB, int F>
-__global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x, float* out, Extras ex) {
+__global__ void __launch_bounds__(128, (F & kMmq) ? 4 : 5) step(const uint8_t* w, const uint4* x, float* out, Extras ex) {
   constexpr int Pairs = Tokens / 16;  // pairs of 8-token blocks
   __shared__ __align__(16) __half tile[Tokens * kLd];
   __shared__ int row_of[Tokens];
@@ -193,6 +200,49 @@ __global__ void __launch_bounds__(128, 5) step(const uint8_t* w, const uint4* x,
 #pragma unroll
       for (int i = 0; i < 4 * Pairs; ++i) acc[0][0][1] += __uint_as_float((a[i].x ^ a[i].w) & 0x3fffffffu);
     } else {
+      if (F & kMmq) {
+        float P[Pairs][RB][4] = {}, xs[Pairs][4] = {};
+        const uint32_t ones = 0x3c003c00u;
+        const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
+        const __half2 k64 = __halves2half2(__ushort_as_half(0x5400u), __ushort_as_half(0x5400u));
+#pragma unroll
+        for (int block = 0; block < 4; ++block) {
+          uint32_t b0[RB], b1[RB];
+#pragma unroll
+          for (int j = 0; j < RB; ++j) {
+            const uint32_t byte = 4u * (block >> 1) + (block & 1);
+            const uint32_t word = __byte_perm(q[j].x, q[j].y, byte | ((byte + 2u) << 8));
+            const uint32_t p0 = lop3_and_or(word, 0x000F000Fu, 0x64006400u), p1 = lop3_and_or(word, 0x00F000F0u, 0x54005400u);
+            const __half2 r0 = __hsub2(*reinterpret_cast<const __half2*>(&p0), k1024);
+            const __half2 r1 = __hsub2(*reinterpret_cast<const __half2*>(&p1), k64);
+            b0[j] = *reinterpret_cast<const uint32_t*>(&r0);
+            b1[j] = *reinterpret_cast<const uint32_t*>(&r1);
+          }
+#pragma unroll
+          for (int p = 0; p < Pairs; ++p) {
+            uint32_t af[4];
+            const int quad = lane >> 3;
+            ldsm4(af, tile + (16 * p + 8 * (quad & 1) + (lane & 7)) * kLd + 16 * block + 8 * (quad >> 1));
+#pragma unroll
+            for (int j = 0; j < RB; ++j) mma(P[p][j], af, b0[j], b1[j]);
+            mma(xs[p], af, ones, ones);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {  // columns 2 (lane % 4) and + 1 of block j: rows r, r + 1
+          const int r = (j < RB / 2 ? 0 : 64) + 4 * RB * warp + 8 * (j % (RB / 2)) + 2 * (lane & 3);
+          const uint4 v = *(const uint4*)(staged + 2 * ((s % 8) * 128 + r));
+          const float s0 = __low2float(*reinterpret_cast<const __half2*>(&v.x)), b0 = __low2float(*reinterpret_cast<const __half2*>(&v.y));
+          const float s1 = __low2float(*reinterpret_cast<const __half2*>(&v.z)), b1 = __low2float(*reinterpret_cast<const __half2*>(&v.w));
+#pragma unroll
+          for (int p = 0; p < Pairs; ++p) {
+            acc[p][j][0] += s0 * P[p][j][0] + b0 * xs[p][0];
+            acc[p][j][1] += s1 * P[p][j][1] + b1 * xs[p][1];
+            acc[p][j][2] += s0 * P[p][j][2] + b0 * xs[p][2];
+            acc[p][j][3] += s1 * P[p][j][3] + b1 * xs[p][3];
+          }
+        }
+      } else
 #pragma unroll
       for (int block = 0; block < 4; ++block) {
         uint32_t b0[RB], b1[RB];
@@ -333,6 +383,10 @@ int main() {
     time<16, Tile, 4, kScaleReads>("tile + scale reads", w, x, out, ex);
     time<32, Tile, 4, kStaging>("tile + staging", w, x, out, ex);
     time<32, Tile, 4, kScaleReads>("tile + scale reads", w, x, out, ex);
+    time<16, Tile, 4, kScales | kMmq>("tile + scales, mmq", w, x, out, ex);
+    time<32, Tile, 4, kScales | kMmq>("tile + scales, mmq", w, x, out, ex);
+    time<16, Tile, 4, kScales | kMmq | kLookups | kEpilogue>("all 3, mmq", w, x, out, ex);
+    time<32, Tile, 4, kScales | kMmq | kLookups | kEpilogue>("all 3, mmq", w, x, out, ex);
   }
   return 0;
 }
