@@ -46,17 +46,24 @@ __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t mask, uint3
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
   return d;
 }
-// The B fragments of k block `block` of one 8-row block (as msl.h's simdgroup_q4_dequantize).
-__device__ __forceinline__ void dequant(uint2 q, int block, __half2 s, __half2 b, uint32_t& w0, uint32_t& w1) {
+// The stored 4-bit values of k block `block` of one 8-row block, exact in half, in the B fragments' order
+// (as msl.h's simdgroup_q4_dequantize before its scale and bias).
+__device__ __forceinline__ void stored_values(uint2 q, int block, __half2& v0, __half2& v1) {
   const uint32_t byte = 4u * (block >> 1) + (block & 1);
   const uint32_t word = __byte_perm(q.x, q.y, byte | ((byte + 2u) << 8));
   const uint32_t p0 = lop3_and_or(word, 0x000F000Fu, 0x64006400u), p1 = lop3_and_or(word, 0x00F000F0u, 0x54005400u);
   const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
   const __half2 k64 = __halves2half2(__ushort_as_half(0x5400u), __ushort_as_half(0x5400u));
-  const __half2 r0 = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&p0), k1024), s, b);
-  const __half2 r1 = __hfma2(__hsub2(*reinterpret_cast<const __half2*>(&p1), k64), s, b);
-  w0 = *reinterpret_cast<const uint32_t*>(&r0);
-  w1 = *reinterpret_cast<const uint32_t*>(&r1);
+  v0 = __hsub2(*reinterpret_cast<const __half2*>(&p0), k1024);
+  v1 = __hsub2(*reinterpret_cast<const __half2*>(&p1), k64);
+}
+__device__ __forceinline__ uint32_t bits(__half2 v) { return *reinterpret_cast<const uint32_t*>(&v); }
+// The B fragments of k block `block` of one 8-row block, dequantised: v · s + b.
+__device__ __forceinline__ void dequant(uint2 q, int block, __half2 s, __half2 b, uint32_t& w0, uint32_t& w1) {
+  __half2 v0, v1;
+  stored_values(q, block, v0, v1);
+  w0 = bits(__hfma2(v0, s, b));
+  w1 = bits(__hfma2(v1, s, b));
 }
 __device__ __forceinline__ void mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -167,6 +174,13 @@ __global__ void __launch_bounds__(128, (F & kMmq) ? 4 : 5) step(const uint8_t* w
         staged[2 * (slot * 128 + r) + 1] = 0x10001u * bh;
       }
   };
+  // Block j's first row among the staged pairs (gate rows 0-63, up rows 64-127 of the threadgroup).
+  auto staged_row = [&](int j) { return (j < RB / 2 ? 0 : 64) + 4 * RB * warp + 8 * (j % (RB / 2)); };
+  // The A fragments of token pair p, k block `block`, from the tile.
+  auto tile_fragment = [&](uint32_t* af, int p, int block) {
+    const int quad = lane >> 3;
+    ldsm4(af, tile + (16 * p + 8 * (quad & 1) + (lane & 7)) * kLd + 16 * block + 8 * (quad >> 1));
+  };
   float acc[Pairs][RB][4] = {};
   uint2 q[RB], qn[RB];
   uint4 r[Runs > 0 ? Runs : 1], a[4 * Pairs];
@@ -203,26 +217,19 @@ __global__ void __launch_bounds__(128, (F & kMmq) ? 4 : 5) step(const uint8_t* w
       if (F & kMmq) {
         float P[Pairs][RB][4] = {}, xs[Pairs][4] = {};
         const uint32_t ones = 0x3c003c00u;
-        const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400u), __ushort_as_half(0x6400u));
-        const __half2 k64 = __halves2half2(__ushort_as_half(0x5400u), __ushort_as_half(0x5400u));
 #pragma unroll
         for (int block = 0; block < 4; ++block) {
           uint32_t b0[RB], b1[RB];
 #pragma unroll
           for (int j = 0; j < RB; ++j) {
-            const uint32_t byte = 4u * (block >> 1) + (block & 1);
-            const uint32_t word = __byte_perm(q[j].x, q[j].y, byte | ((byte + 2u) << 8));
-            const uint32_t p0 = lop3_and_or(word, 0x000F000Fu, 0x64006400u), p1 = lop3_and_or(word, 0x00F000F0u, 0x54005400u);
-            const __half2 r0 = __hsub2(*reinterpret_cast<const __half2*>(&p0), k1024);
-            const __half2 r1 = __hsub2(*reinterpret_cast<const __half2*>(&p1), k64);
-            b0[j] = *reinterpret_cast<const uint32_t*>(&r0);
-            b1[j] = *reinterpret_cast<const uint32_t*>(&r1);
+            __half2 v0, v1;
+            stored_values(q[j], block, v0, v1);
+            b0[j] = bits(v0), b1[j] = bits(v1);
           }
 #pragma unroll
           for (int p = 0; p < Pairs; ++p) {
             uint32_t af[4];
-            const int quad = lane >> 3;
-            ldsm4(af, tile + (16 * p + 8 * (quad & 1) + (lane & 7)) * kLd + 16 * block + 8 * (quad >> 1));
+            tile_fragment(af, p, block);
 #pragma unroll
             for (int j = 0; j < RB; ++j) mma(P[p][j], af, b0[j], b1[j]);
             mma(xs[p], af, ones, ones);
@@ -230,8 +237,7 @@ __global__ void __launch_bounds__(128, (F & kMmq) ? 4 : 5) step(const uint8_t* w
         }
 #pragma unroll
         for (int j = 0; j < RB; ++j) {  // columns 2 (lane % 4) and + 1 of block j: rows r, r + 1
-          const int r = (j < RB / 2 ? 0 : 64) + 4 * RB * warp + 8 * (j % (RB / 2)) + 2 * (lane & 3);
-          const uint4 v = *(const uint4*)(staged + 2 * ((s % 8) * 128 + r));
+          const uint4 v = *(const uint4*)(staged + 2 * ((s % 8) * 128 + staged_row(j) + 2 * (lane & 3)));
           const float s0 = __low2float(*reinterpret_cast<const __half2*>(&v.x)), b0 = __low2float(*reinterpret_cast<const __half2*>(&v.y));
           const float s1 = __low2float(*reinterpret_cast<const __half2*>(&v.z)), b1 = __low2float(*reinterpret_cast<const __half2*>(&v.w));
 #pragma unroll
@@ -250,8 +256,7 @@ __global__ void __launch_bounds__(128, (F & kMmq) ? 4 : 5) step(const uint8_t* w
         for (int j = 0; j < RB; ++j) {
           __half2 js = sc, jb = bi;
           if (F & (kScales | kScaleReads)) {  // row lane / 4 of block j: gate rows 16 warp + 8 j, up rows 64 + ...
-            const int r = (j < RB / 2 ? 0 : 64) + 4 * RB * warp + 8 * (j % (RB / 2)) + (lane >> 2);
-            const uint2 v = *(const uint2*)(staged + 2 * ((s % 8) * 128 + r));
+            const uint2 v = *(const uint2*)(staged + 2 * ((s % 8) * 128 + staged_row(j) + (lane >> 2)));
             js = *reinterpret_cast<const __half2*>(&v.x);
             jb = *reinterpret_cast<const __half2*>(&v.y);
           }
@@ -261,8 +266,7 @@ __global__ void __launch_bounds__(128, (F & kMmq) ? 4 : 5) step(const uint8_t* w
         for (int p = 0; p < Pairs; ++p) {
           uint32_t af[4];
           if (M == Tile) {
-            const int quad = lane >> 3;
-            ldsm4(af, tile + (16 * p + 8 * (quad & 1) + (lane & 7)) * kLd + 16 * block + 8 * (quad >> 1));
+            tile_fragment(af, p, block);
           } else {
             // the k block's 4 words of the lane's rows g (a[4p], a[4p+1]) and g + 8 (a[4p+2], a[4p+3])
             const uint4 lo = block < 2 ? a[4 * p] : a[4 * p + 1], hi = block < 2 ? a[4 * p + 2] : a[4 * p + 3];
