@@ -90,22 +90,18 @@ using namespace metal;
 // under GEMM_WIDE_MIN_TOKENS): tiles of GEMM_TILE_TOKENS tokens x Q4_TILE_ROWS rows, each simdgroup's
 // 32 rows read straight into its fragments (simdgroup_q4_load) for all the tile's tokens, instead of
 // converted into a threadgroup tile that two simdgroups read; the rows' scales and biases staged
-// Q4_SCALE_GROUPS groups at a time. Same bindings and results as gemm.
-[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(3) kernel void gemm_q4(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
-                    device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
-                    device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
-                    device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
-                    device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
-                    device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
-                    device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
-                    device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
-                    device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
-                    uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
-  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
-  threadgroup uint row_of[GEMM_TILE_TOKENS];
+// Q4_SCALE_GROUPS groups at a time. Same bindings and results as gemm. `parted` (a constant at each
+// call: the gemm_q4_parts build) takes the columns of part z only and writes its sums to `partial`,
+// which gemm_parts_sum adds in part order.
+inline void gemm_q4_tile(device const uchar* w0, device const uchar* s0, device const uchar* b0, device float* out0,
+                         device const uchar* w1, device const uchar* s1, device const uchar* b1, device float* out1,
+                         device const uchar* w2, device const uchar* s2, device const uchar* b2, device float* out2,
+                         device const uchar* w3, device const uchar* s3, device const uchar* b3, device float* out3,
+                         device const uint4* x, constant GemmParams& p, device float* partial, uint3 group, uint tid,
+                         uint sg, uint lane, threadgroup uint4* x_words, threadgroup uint* staged,
+                         threadgroup uint* row_of, const bool parted) {
   const uint t0 = GEMM_TILE_TOKENS * group.y;
+  const uint k_begin = parted ? group.z * p.part_cols : 0u, k_end = parted ? min(p.cols, k_begin + p.part_cols) : p.cols;
   const GemmJob job = gemm_job(p, group.x, Q4_TILE_ROWS, w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3);
   const WeightDesc w = job.w;
   threadgroup half* xt = (threadgroup half*)x_words;
@@ -118,16 +114,16 @@ using namespace metal;
   const uint ld = HALF_ROW_LD(p.cols);
   const uint runs = TILE_RUNS_PER_THREAD;
   const ActivationRows xrows = activation_rows(ld, row_of, GEMM_K, runs, tid, GEMM_THREADS);
-  ActivationRuns xr = fetch_activations(x, ld, xrows, 0u, GEMM_K, runs);
+  ActivationRuns xr = fetch_activations(x, ld, xrows, k_begin, GEMM_K, runs);
   simdgroup_q4_block q[4];
-  q4_load_blocks(q, w, job.data, r0, 0u, 4u, ushort(lane));
-  for (uint k0 = 0; k0 < p.cols; k0 += GEMM_K) {
-    const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;
+  q4_load_blocks(q, w, job.data, r0, k_begin, 4u, ushort(lane));
+  for (uint k0 = k_begin; k0 < k_end; k0 += GEMM_K) {
+    const uint step = k0 / GEMM_K, slot = step % Q4_SCALE_GROUPS;  // a part starts a staging (part_cols)
     if (slot == 0u) stage_q4_scales(w, job.scales, job.biases, job.row0, Q4_TILE_ROWS, step, staged, tid, GEMM_THREADS);
     store_activations(xr, xt, GEMM_K, runs, tid, GEMM_THREADS);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // The next step's reads (the last step's again after the last), in flight during the products.
-    const uint next = min(k0 + GEMM_K, p.cols - GEMM_K);
+    const uint next = min(k0 + GEMM_K, k_end - GEMM_K);
     xr = fetch_activations(x, ld, xrows, next, GEMM_K, runs);
     simdgroup_q4_block qn[4];
     q4_load_blocks(qn, w, job.data, r0, next, 4u, ushort(lane));
@@ -138,16 +134,60 @@ using namespace metal;
   }
 
   threadgroup float* slab = (threadgroup float*)staged + sg * 8u * STAGING_LD;
-  const uint row = r0 + lane;
+  const uint row = r0 + lane, padded_rows = p.total_tiles * Q4_TILE_ROWS;
+  const uint padded_row = Q4_TILE_ROWS * group.x + 32u * sg + lane;
   for (uint i = 0; i < GEMM_TILE_TOKENS / 8u; ++i) {
     stage_slab(acc, i, slab);
     for (uint r = 0; r < 8u; ++r) {
       const uint t = t0 + 8u * i + r;
       const float v = slab[r * STAGING_LD + lane];
-      if (t < p.n && row < w.rows) job.out[ulong(t) * w.rows + row] = v;
+      if (t < p.n && row < w.rows) {
+        if (parted) partial[(ulong(group.z) * p.n + t) * padded_rows + padded_row] = v;
+        else job.out[ulong(t) * w.rows + row] = v;
+      }
     }
     slab_done();
   }
+}
+
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(3) kernel void gemm_q4(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+                    device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
+                    device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
+                    device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
+                    device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
+                    device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
+                    device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
+                    device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
+                    device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                    uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  gemm_q4_tile(w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3, x, p, out0 /* not written */, group, tid, sg,
+               lane, x_words, staged, row_of, false);
+}
+
+// gemm_q4 on the columns in parts (grid z): a short chunk's launch of too few threadgroups to fill the
+// GPU (an output projection at 512 tokens) in more, shorter ones. A separate build, so that gemm_q4
+// keeps its registers and loop.
+[[max_total_threads_per_threadgroup(GEMM_THREADS)]] MIN_RESIDENT_THREADGROUPS(3) kernel void gemm_q4_parts(device const uchar* w0 [[buffer(0)]], device const uchar* s0 [[buffer(1)]],
+                    device const uchar* b0 [[buffer(2)]], device float* out0 [[buffer(3)]],
+                    device const uchar* w1 [[buffer(4)]], device const uchar* s1 [[buffer(5)]],
+                    device const uchar* b1 [[buffer(6)]], device float* out1 [[buffer(7)]],
+                    device const uchar* w2 [[buffer(8)]], device const uchar* s2 [[buffer(9)]],
+                    device const uchar* b2 [[buffer(10)]], device float* out2 [[buffer(11)]],
+                    device const uchar* w3 [[buffer(12)]], device const uchar* s3 [[buffer(13)]],
+                    device const uchar* b3 [[buffer(14)]], device float* out3 [[buffer(15)]],
+                    device const uint4* x [[buffer(16)]], constant GemmParams& p [[buffer(17)]],
+                    device float* partial [[buffer(18)]],
+                    uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 x_words[TILE_WORDS(GEMM_TILE_TOKENS, GEMM_K)];
+  threadgroup uint staged[2u * Q4_SCALE_GROUPS * Q4_TILE_ROWS];  // then the epilogue's slabs
+  threadgroup uint row_of[GEMM_TILE_TOKENS];
+  gemm_q4_tile(w0, s0, b0, out0, w1, s1, b1, out1, w2, s2, b2, out2, w3, s3, b3, out3, x, p, partial, group, tid, sg,
+               lane, x_words, staged, row_of, true);
 }
 
 // gemm for long chunks (n >= GEMM_WIDE_MIN_TOKENS): tiles of GEMM_WIDE_TILE tokens x GEMM_WIDE_TILE
@@ -208,4 +248,23 @@ using namespace metal;
     }
     slab_done();
   }
+}
+
+// out_j[t, r] = the sum of a split GEMM's parts for (t, r) (gemm_exact's or gemm_q4_parts', tiles of
+// p.tile_rows rows), parts in order. One thread per (token, row of the jobs' tiles); rows past a job's
+// matrix are skipped.
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void gemm_parts_sum(device float* out0 [[buffer(0)]], device float* out1 [[buffer(1)]],
+                           device float* out2 [[buffer(2)]], device float* out3 [[buffer(3)]],
+                           device const float* partial [[buffer(4)]], constant GemmParams& p [[buffer(5)]],
+                           uint i [[thread_position_in_grid]]) {
+  const uint padded_rows = p.total_tiles * p.tile_rows, count = p.n * padded_rows;
+  const uint ic = min(i, count - 1u), t = ic / padded_rows, pr = ic % padded_rows, tile = pr / p.tile_rows;
+  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
+                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
+  const uint rows = j == 0u ? p.w[0].rows : j == 1u ? p.w[1].rows : j == 2u ? p.w[2].rows : p.w[3].rows;
+  const uint row = pr - p.tile_rows * (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]);
+  float sum = 0.0f;
+  for (uint s = 0; s < p.parts; ++s) sum += partial[(ulong(s) * p.n + t) * padded_rows + pr];
+  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
+  if (i < count && row < rows) out[ulong(t) * rows + row] = sum;
 }

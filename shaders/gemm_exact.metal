@@ -80,7 +80,7 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
 // [n, cols], the row tiles of all jobs numbered consecutively (GemmParams, tiles of GEMM_EXACT_TILE
 // rows). With p.parts > 1, threadgroup z takes columns z·part_cols .. and writes its sums to
 // partial [parts, n, total_tiles · GEMM_EXACT_TILE] (rows numbered across the jobs' tiles) for
-// gemm_exact_sum.
+// gemm_parts_sum.
 // On the matrix units: x and the dequantised W (fp32) are each split into two halfs (store_split_run)
 // and x·w = x_hi·w_hi + x_hi·w_lo + x_lo·w_hi, three fp16 products accumulated in fp32 (the dropped
 // x_lo·w_lo is under 2^-24 of x·w): the error of each product is that of an fp32 one, and the sums are
@@ -169,22 +169,4 @@ inline void store_split_run(threadgroup half* hi, threadgroup half* lo, thread c
     }
     slab_done();
   }
-}
-
-// out_j[t, r] = the sum of gemm_exact's parts for (t, r), parts in order. One thread per (token, row of
-// the jobs' tiles); rows past a job's matrix are skipped.
-[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void gemm_exact_sum(device float* out0 [[buffer(0)]], device float* out1 [[buffer(1)]],
-                           device float* out2 [[buffer(2)]], device float* out3 [[buffer(3)]],
-                           device const float* partial [[buffer(4)]], constant GemmParams& p [[buffer(5)]],
-                           uint i [[thread_position_in_grid]]) {
-  const uint padded_rows = p.total_tiles * GEMM_EXACT_TILE, count = p.n * padded_rows;
-  const uint ic = min(i, count - 1u), t = ic / padded_rows, pr = ic % padded_rows, tile = pr / GEMM_EXACT_TILE;
-  const uint j = (p.jobs > 1u && tile >= p.first_tile[1] ? 1u : 0u) + (p.jobs > 2u && tile >= p.first_tile[2] ? 1u : 0u) +
-                 (p.jobs > 3u && tile >= p.first_tile[3] ? 1u : 0u);
-  const uint rows = j == 0u ? p.w[0].rows : j == 1u ? p.w[1].rows : j == 2u ? p.w[2].rows : p.w[3].rows;
-  const uint row = pr - GEMM_EXACT_TILE * (j == 0u ? p.first_tile[0] : j == 1u ? p.first_tile[1] : j == 2u ? p.first_tile[2] : p.first_tile[3]);
-  float sum = 0.0f;
-  for (uint s = 0; s < p.parts; ++s) sum += partial[(ulong(s) * p.n + t) * padded_rows + pr];
-  device float* out = j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3;
-  if (i < count && row < rows) out[ulong(t) * rows + row] = sum;
 }

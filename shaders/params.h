@@ -93,6 +93,12 @@
 #define GEMM_EXACT_TARGET_THREADGROUPS 512u
 #endif
 #define GEMM_EXACT_MIN_PART_STEPS 4u
+// A gemm_q4 launch of at most Q4_PARTS_TARGET_THREADGROUPS / 2 threadgroups (an output projection at 512
+// tokens: 128) runs on gemm_q4_parts, its columns in 2, 4, ... parts of whole stagings of scales while the
+// launch stays within the target (3 resident per SM on an H200's 132).
+#ifndef Q4_PARTS_TARGET_THREADGROUPS
+#define Q4_PARTS_TARGET_THREADGROUPS 396u
+#endif
 
 // The norms: a threadgroup of NORM_THREADS per row, each thread holding up to NORM_MAX_PER_THREAD
 // values in registers (rows up to 8192; the gated norm's rows up to 256).
@@ -201,8 +207,9 @@ struct GemmParams {
   uint n;     // tokens
   uint cols;  // of every matrix; x: fp32 rows of cols (gemm_exact), half rows (gemm, gemm_wide: half_rows)
   uint total_tiles;
-  uint parts;      // gemm_exact: the columns in `parts` parts of part_cols, summed by gemm_exact_sum
+  uint parts;      // gemm_exact, gemm_q4_parts: the columns in `parts` parts of part_cols, summed by gemm_parts_sum
   uint part_cols;  // (parts > 1), so that a short chunk still fills the GPU
+  uint tile_rows;  // rows per tile of the kernel that wrote the parts (gemm_parts_sum's layout)
 };
 
 // The tiled kernels' activations: fp32 rows [n, cols] rounded to half once (half_rows), each row

@@ -4,6 +4,7 @@
 // kernels' threshold. With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
 import { describe, expect, test } from "vitest";
 import { load, type BackendName } from "moelens";
+import { native } from "../sdk/native";
 import { fixtureCases, get } from "./helpers/fixtures";
 import { gpuBackend, TILED_FROM } from "./helpers/gpu-backend";
 
@@ -71,6 +72,18 @@ describe("prefill in chunks", () => {
     }
     expect(agree / ids.length).toBeGreaterThanOrEqual(0.995);
     expect(argmax(gpu.next)).toBe(argmax(cpu.next));
+  });
+
+  test(`an fp16 prompt's logits of every row come from an exact lm_head (${gpuName})`, async () => {
+    const model = await load(t1.modelDir, { backend: gpuName, threads: 1, fresh: true, precision: "fp16", prefillMinTokens: TILED_FROM });
+    const r = await model.session().prefill(ids.slice(0, 40), { logits: "all", capture: ["final_norm"] });
+    model.dispose();
+    // The same normalised rows through the CPU backend's fp32 lm_head: fp32 accuracy (an fp16 product
+    // is off by about 1e-3 of the largest logit).
+    const cpu = await native().loadModel(t1.modelDir, { backend: "cpu", threads: 1 });
+    const expected = await cpu.unembed(r.cache.get("final_norm").data, false);
+    cpu.dispose();
+    expect(maxRowDiff(r.logits.data, expected, r.logits.shape[1])).toBeLessThan(1e-5);
   });
 
   test(`prefillMinTokens picks the kernels of an fp16 prompt (${gpuName})`, async () => {

@@ -13,7 +13,7 @@ std::vector<float> unembed(const Model& model, const float* x, int n, bool apply
   auto out = be.alloc(ElemType::F32, size_t(n) * V);
   be.write(in, x, size_t(n) * H);
   if (apply_norm) be.rms_norm(in, model.final_norm(), n, int(H), c.rms_norm_eps, in);
-  be.matmul(model.lm_head(), in, n, out);
+  be.matmul_group({{&model.lm_head(), out, true}}, in, n);  // exact, as the forward call's logits
   be.synchronize();
   std::vector<float> logits(size_t(n) * V);
   be.read(out, logits.data(), logits.size());

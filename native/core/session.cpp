@@ -303,7 +303,9 @@ void Session::forward_chunk(const ChunkIO& io, int m, int offset, const ForwardO
     if (!s.logits || s.logits->count() < size_t(rows) * V) s.logits = be_.alloc(ElemType::F32, size_t(rows) * V);
     be_.rms_norm(View(s.h, size_t(first) * H), model_.final_norm(), rows, H, c.rms_norm_eps, s.x);
     if (every_row) hooks.tap(HookId::FinalNorm, -1, s.x);
-    be_.matmul(model_.lm_head(), s.x, rows, s.logits);
+    // Exact (fp32) even where prompts multiply in lower precision: the logits are what every analysis
+    // reads, and near-ties of the top-1 flip with the rounding of fp16 operands.
+    be_.matmul_group({{&model_.lm_head(), s.logits, true}}, s.x, rows);
     if (every_row) hooks.tap(HookId::Logits, -1, s.logits);
   }
   if (io.next_token) {  // greedy decoding: the token stays on the backend, and nothing waits for it

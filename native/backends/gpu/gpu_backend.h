@@ -131,6 +131,8 @@ class GpuBackend final : public Backend {
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
   void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
+  // gemm_parts_sum: the parts a split gemm_exact or gemm_q4_parts left in gemm_parts_, into the jobs' outputs.
+  void sum_parts(const MatmulJob* jobs, size_t count, const shader::GemmParams& p, size_t padded);
   // x [n, cols] rounded to half into half_x_ (the half_rows kernel): the tiled kernels' activations,
   // each 64-column block in q4_fragment_column order with fragment_order (what the `_q4` kernels read).
   View half_rows(View x, int n, uint32_t cols, bool fragment_order);
@@ -152,7 +154,7 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
   std::unique_ptr<GpuBuffer> moe_tiles_;          // moe_tile_list: the number of the buckets' tiles, then each tile
   std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
-  std::unique_ptr<GpuBuffer> exact_parts_;        // gemm_exact's sums per part of the columns (gemm_exact_sum)
+  std::unique_ptr<GpuBuffer> gemm_parts_;         // a split GEMM's sums per part of the columns (gemm_parts_sum)
   // DeltaNet prompts: deltanet_prep's normalised q and k rows and gates, read by deltanet_tokens
   std::unique_ptr<GpuBuffer> deltanet_qk_, deltanet_gates_;
   // The last add(), not yet dispatched: when the next call is the rms_norm of the same rows (the

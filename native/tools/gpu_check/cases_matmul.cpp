@@ -80,9 +80,14 @@ void add_matmul_cases(Cases& all) {
                        TiledShape{"q4", 32, DType::BF16, wide + 88, 150, 96, 1}, TiledShape{"bf16", 0, DType::BF16, wide + 8, 37, 72},
                        TiledShape{"q4", 32, DType::BF16, 600, 150, 96, 1},
                        // 4-bit in groups of 64, rows a multiple of 8: gemm_q4 (a ragged second row tile of
-                       // 128, 9 groups: two rounds of staged scales; one 8-row block), gemm for f32 scales
-                       // that half cannot hold, and gemm_q4 for a chunk that would otherwise take gemm_wide.
-                       TiledShape{"q4", 64, DType::BF16, 65, 136, 576, 1}, TiledShape{"q4", 64, DType::F16, 16, 8, 64},
+                       // 128, 9 groups: two rounds of staged scales, in parts on gemm_q4_parts, the second
+                       // part one K-step; 17 groups: three rounds, the first part two of them; two rounds on
+                       // gemm_q4 itself, in a launch of too many threadgroups to split; one 8-row block),
+                       // gemm for f32 scales that half cannot hold, and gemm_q4 for a chunk that would
+                       // otherwise take gemm_wide.
+                       TiledShape{"q4", 64, DType::BF16, 65, 136, 576, 1}, TiledShape{"q4", 64, DType::BF16, 40, 24, 1088},
+                       TiledShape{"q4", 64, DType::BF16, int(Q4_PARTS_TARGET_THREADGROUPS / 2 + 1) * 64, 8, 576},
+                       TiledShape{"q4", 64, DType::F16, 16, 8, 64},
                        TiledShape{"q4", 64, DType::F32, 200, 40, 128}, TiledShape{"q4", 64, DType::BF16, wide + 40, 24, 64}})
     add("matmul tiled " + m.fmt + (m.group ? " g" + std::to_string(m.group) : "") + " n" + std::to_string(m.n) +
             (m.x_offset ? " unaligned" : ""),
@@ -96,13 +101,21 @@ void add_matmul_cases(Cases& all) {
           // GEMM_WIDE_MIN_TOKENS and more on the larger tiles.
           const bool q4 = m.fmt == "q4" && m.group == 64 && m.rows % 8 == 0 && m.cols % 64 == 0 && m.scale != DType::F32;
           const bool wide = !q4 && m.n >= int(GEMM_WIDE_MIN_TOKENS);
-          const auto kernel = wide ? gpu::kernels::gemm_wide::id : q4 ? gpu::kernels::gemm_q4::id : gpu::kernels::gemm::id;
+          // gemm_q4 launches of at most half Q4_PARTS_TARGET_THREADGROUPS threadgroups take their columns in
+          // parts (gemm_q4_parts) when they hold two stagings of scales or more.
+          const bool parts = q4 && m.cols > int(Q4_SCALE_GROUPS * GEMM_K) &&
+                             size_t((m.rows + Q4_TILE_ROWS - 1) / Q4_TILE_ROWS) * ((m.n + GEMM_TILE_TOKENS - 1) / GEMM_TILE_TOKENS) * 2 <=
+                                 Q4_PARTS_TARGET_THREADGROUPS;
+          const auto kernel = wide    ? gpu::kernels::gemm_wide::id
+                              : parts ? gpu::kernels::gemm_q4_parts::id
+                              : q4    ? gpu::kernels::gemm_q4::id
+                                      : gpu::kernels::gemm::id;
           const uint64_t before = c.launches(kernel), rounded_before = c.launches(gpu::kernels::half_rows::id);
           c.cpu.matmul(*w.cpu, View(x.cpu.get(), m.x_offset), m.n, View(out.cpu.get()));
           c.gpu.matmul(*w.gpu, View(x.gpu.get(), m.x_offset), m.n, View(out.gpu.get()));
           if (c.launches(kernel) != before + 1 || c.launches(gpu::kernels::half_rows::id) != rounded_before + 1)
             throw Failure("a chunk of " + std::to_string(m.n) + " tokens did not run half_rows then " +
-                          (wide ? "gemm_wide" : q4 ? "gemm_q4" : "gemm"));
+                          (wide ? "gemm_wide" : parts ? "gemm_q4_parts" : q4 ? "gemm_q4" : "gemm"));
           c.expect_close("matmul tiled", out, size_t(m.n) * m.rows, tiled_tol);
         });
 
@@ -236,13 +249,14 @@ void add_matmul_cases(Cases& all) {
         jc.push_back({w[size_t(j)].cpu.get(), View(outs[size_t(j)].cpu.get())});
         jg.push_back({w[size_t(j)].gpu.get(), View(outs[size_t(j)].gpu.get())});
       }
-      const uint64_t q4_before = c.launches(gpu::kernels::gemm_q4::id), gemm_before = c.launches(gpu::kernels::gemm::id);
+      // Launches this short take the columns in parts (two stagings of scales).
+      const uint64_t q4_before = c.launches(gpu::kernels::gemm_q4_parts::id), gemm_before = c.launches(gpu::kernels::gemm::id);
       c.cpu.matmul_group(jc, View(x.cpu.get()), n);
       c.gpu.matmul_group(jg, View(x.gpu.get()), n);
-      const uint64_t q4_launches = c.launches(gpu::kernels::gemm_q4::id) - q4_before;
+      const uint64_t q4_launches = c.launches(gpu::kernels::gemm_q4_parts::id) - q4_before;
       const uint64_t gemm_launches = c.launches(gpu::kernels::gemm::id) - gemm_before;
       if (q4_launches != (mixed ? 0u : 2u) || gemm_launches != (mixed ? 2u : 0u))
-        throw Failure("6 jobs ran " + std::to_string(q4_launches) + " gemm_q4 and " + std::to_string(gemm_launches) +
+        throw Failure("6 jobs ran " + std::to_string(q4_launches) + " gemm_q4_parts and " + std::to_string(gemm_launches) +
                       " gemm launches");
       for (int j = 0; j < count; ++j) c.expect_close("matmul_group tiled q4", outs[size_t(j)], size_t(n) * rows[j], tiled_tol);
     });

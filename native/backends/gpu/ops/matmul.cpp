@@ -113,10 +113,35 @@ void GpuBackend::gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, 
   const bool wide = !q4 && size_t(n) >= GEMM_WIDE_MIN_TOKENS;
   const uint32_t tile_tokens = wide ? GEMM_WIDE_TILE : GEMM_TILE_TOKENS;
   const uint32_t tile_rows = wide ? GEMM_WIDE_TILE : q4 ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
-  Call call(*this, q4 ? k::gemm_q4::id : wide ? k::gemm_wide::id : k::gemm::id);
+  // A 4-bit launch of too few threadgroups to fill the GPU (an output projection of a short chunk) takes
+  // the columns in parts on gemm_q4_parts, doubling them while the launch stays within
+  // Q4_PARTS_TARGET_THREADGROUPS and every part has a staging of scales; gemm_parts_sum adds them.
+  const uint32_t cols = static_cast<const GpuWeight&>(*jobs[0].weight).desc.cols, token_tiles = ceil_div(uint32_t(n), tile_tokens);
+  const uint32_t stagings = ceil_div(cols, Q4_SCALE_GROUPS * GEMM_K);
+  uint32_t row_tiles = 0, parts = 1;
+  for (size_t j = 0; j < count; ++j) row_tiles += ceil_div(static_cast<const GpuWeight&>(*jobs[j].weight).desc.rows, tile_rows);
+  while (q4 && size_t(row_tiles) * token_tiles * parts * 2 <= Q4_PARTS_TARGET_THREADGROUPS && parts * 2 <= stagings) parts *= 2;
+  Call call(*this, parts > 1 ? k::gemm_q4_parts::id : q4 ? k::gemm_q4::id : wide ? k::gemm_wide::id : k::gemm::id);
   bind_jobs(call, kGemmSlots, jobs, count, n, p, p.first_tile, p.total_tiles, tile_rows);
-  call.buf(k::gemm::x, xh).params(k::gemm::p, p).grid(p.total_tiles, ceil_div(p.n, tile_tokens))
+  p.part_cols = ceil_div(stagings, parts) * Q4_SCALE_GROUPS * GEMM_K;
+  p.parts = ceil_div(cols, p.part_cols), p.tile_rows = tile_rows;
+  const size_t padded = size_t(p.total_tiles) * tile_rows * p.n;
+  if (parts > 1) {
+    scratch(gemm_parts_, padded * p.parts);
+    call.buf(k::gemm_q4_parts::partial, gemm_parts_.get());
+  }
+  call.buf(k::gemm::x, xh).params(k::gemm::p, p).grid(p.total_tiles, token_tiles, p.parts)
       .threads(wide ? GEMM_WIDE_THREADS : GEMM_THREADS).run();
+  if (parts > 1) sum_parts(jobs, count, p, padded);
+}
+
+void GpuBackend::sum_parts(const MatmulJob* jobs, size_t count, const shader::GemmParams& p, size_t padded) {
+  namespace gs = k::gemm_parts_sum;
+  Call sum(*this, gs::id);
+  const int sum_at[] = {gs::out0, gs::out1, gs::out2, gs::out3};
+  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) sum.opt(sum_at[j], j < count ? jobs[j].out : View());
+  sum.buf(gs::partial, gemm_parts_.get()).params(gs::p, p).grid(ceil_div(padded, ELEMENTWISE_THREADS))
+      .threads(ELEMENTWISE_THREADS).run();
 }
 
 static_assert(GEMM_EXACT_THREADS == 128 && GEMM_EXACT_TILE == 64,
@@ -149,24 +174,19 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
     call.buf(w_at[j], w.data.get()).buf(s_at[j], w.scales.get()).buf(b_at[j], w.biases.get()).buf(o_at[j], jobs[j].out);
   }
   // A short chunk's launch is split along the columns until it has about GEMM_EXACT_TARGET_THREADGROUPS
-  // threadgroups, each part at least GEMM_EXACT_MIN_PART_STEPS K-steps; gemm_exact_sum adds the parts.
+  // threadgroups, each part at least GEMM_EXACT_MIN_PART_STEPS K-steps; gemm_parts_sum adds the parts.
   const uint32_t blocks = p.total_tiles * ceil_div(p.n, GEMM_EXACT_TILE), steps = ceil_div(p.cols, GEMM_EXACT_K);
   uint32_t parts = 1;
   while (size_t(blocks) * parts * 2 <= GEMM_EXACT_TARGET_THREADGROUPS && steps / (parts * 2) >= GEMM_EXACT_MIN_PART_STEPS)
     parts *= 2;
   p.part_cols = ceil_div(steps, parts) * GEMM_EXACT_K;
   p.parts = ceil_div(p.cols, p.part_cols);
+  p.tile_rows = GEMM_EXACT_TILE;
   const size_t padded = size_t(p.total_tiles) * GEMM_EXACT_TILE * p.n;
-  if (p.parts > 1) scratch(exact_parts_, padded * p.parts);
-  call.buf(g::x, x).buf(g::partial, p.parts > 1 ? exact_parts_.get() : nullptr).params(g::p, p)
+  if (p.parts > 1) scratch(gemm_parts_, padded * p.parts);
+  call.buf(g::x, x).buf(g::partial, p.parts > 1 ? gemm_parts_.get() : nullptr).params(g::p, p)
       .grid(p.total_tiles, ceil_div(p.n, GEMM_EXACT_TILE), p.parts).threads(GEMM_EXACT_THREADS).run();
-  if (p.parts == 1) return;
-  namespace gs = k::gemm_exact_sum;
-  Call sum(*this, gs::id);
-  const int sum_at[] = {gs::out0, gs::out1, gs::out2, gs::out3};
-  for (size_t j = 0; j < GEMV_MAX_JOBS; ++j) sum.opt(sum_at[j], j < count ? jobs[j].out : View());
-  sum.buf(gs::partial, exact_parts_.get()).params(gs::p, p).grid(ceil_div(padded, ELEMENTWISE_THREADS))
-      .threads(ELEMENTWISE_THREADS).run();
+  if (p.parts > 1) sum_parts(jobs, count, p, padded);
 }
 
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
