@@ -204,6 +204,27 @@ void add_matmul_cases(Cases& all) {
       for (int j = 0; j < 5; ++j) c.expect_close("matmul_group exact", outs[size_t(j)], size_t(n) * rows[j], exact_tol);
     });
 
+  // A single exact row stays on the GEMV even where a single token is a tiled chunk (the threshold at 1
+  // token, as the prefill benchmark sets it): a prompt's last logits.
+  add("matmul_group exact single row, tiled from 1 token", [exact_tol](Ctx& c) {
+    const int rows = 300, cols = 128;
+    c.shape = "300x128 (q4), 1 token";
+    HostWeight hw(c.rng, "q4", rows, cols);
+    WeightPair w = upload(c, hw);
+    Pair x = c.floats(c.rng.normals(cols)), out = c.zeros(rows);
+    struct TiledFromOne {  // the other cases' threshold back, however this one ends
+      gpu::GpuBackend& gpu;
+      explicit TiledFromOne(gpu::GpuBackend& g) : gpu(g) { gpu.set_prefill_min_tokens(1); }
+      ~TiledFromOne() { gpu.set_prefill_min_tokens(CHECK_TILED_FROM); }
+    } tiled_from_one(c.gpu);
+    const uint64_t exact_before = c.launches(gpu::kernels::gemm_exact::id), gemv_before = c.launches(gpu::kernels::gemv::id);
+    c.cpu.matmul_group({{w.cpu.get(), View(out.cpu.get()), true}}, View(x.cpu.get()), 1);
+    c.gpu.matmul_group({{w.gpu.get(), View(out.gpu.get()), true}}, View(x.gpu.get()), 1);
+    if (c.launches(gpu::kernels::gemm_exact::id) != exact_before || c.launches(gpu::kernels::gemv::id) != gemv_before + 1)
+      throw Failure("a single exact row did not run on the GEMV");
+    c.expect_close("matmul_group exact single row", out, size_t(rows), exact_tol);
+  });
+
   // Fused jobs in one launch (4, then 1), every format, rows ragged against the tile.
   add("matmul_group tiled", [tiled_tol](Ctx& c) {
     const int n = 65, cols = 64;

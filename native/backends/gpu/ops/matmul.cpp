@@ -219,9 +219,11 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   }
   for (size_t i = 0; i < fp16.size(); i += GEMV_MAX_JOBS)
     gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n, q4);
+  // Exact jobs of a single row (a prompt's last logits) on the GEMV, which reads each weight once, where
+  // gemm_exact's 64-token tiles would waste 63 of every 64 products: the same fp32 accuracy either way.
   for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
     const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
-    if (tiled(n)) gemm_exact_jobs(fp32.data() + i, count, x, n);
+    if (tiled(n) && n > 1) gemm_exact_jobs(fp32.data() + i, count, x, n);
     else gemv_jobs(fp32.data() + i, count, x, n);
   }
 }
