@@ -20,20 +20,21 @@
 using namespace metal;
 #include "tiles.h"
 
-// Threadgroup memory. The K tile holds BK rows of D halves, the V tile D rows of BK halves (V
+// Threadgroup memory. The K tile holds BK rows of D halves, the V tile DV rows of BK halves (the value
+// dimensions the threadgroup computes: D, or half of it for attention_prefill_256_halves; V
 // transposed: PV reads it as the product's second operand in the layout that K has for QKᵀ); rows
 // padded by 8 halves (16-byte aligned rows, staggered banks). Before the first tile the same memory
 // stages the queries, ATTN_PREFILL_ROWS rows of at most ATTN_PREFILL_QUERY_COLUMNS columns at a time.
 // Each simdgroup has a score tile (16 x BK floats, padded by 4), which also holds its weights (16 x BK
 // halves, padded by 8) and stages its accumulator for a rescale and the epilogue.
 #define ATTN_PREFILL_QUERY_PASS(D) ((D) < ATTN_PREFILL_QUERY_COLUMNS ? (D) : ATTN_PREFILL_QUERY_COLUMNS)
-#define ATTN_PREFILL_KV_HALVES(D, BK) ((BK) * ((D) + 8u) + (D) * ((BK) + 8u))
+#define ATTN_PREFILL_KV_HALVES(D, DV, BK) ((BK) * ((D) + 8u) + (DV) * ((BK) + 8u))
 #define ATTN_PREFILL_QUERY_HALVES(D) (ATTN_PREFILL_ROWS * (ATTN_PREFILL_QUERY_PASS(D) + 8u))
-#define ATTN_PREFILL_OUT_HALVES(D) \
-  (ATTN_PREFILL_ROWS * 2u * (((D) < ATTN_PREFILL_OUT_COLUMNS ? (D) : ATTN_PREFILL_OUT_COLUMNS) + 4u))
+#define ATTN_PREFILL_OUT_HALVES(DV) \
+  (ATTN_PREFILL_ROWS * 2u * (((DV) < ATTN_PREFILL_OUT_COLUMNS ? (DV) : ATTN_PREFILL_OUT_COLUMNS) + 4u))
 #define ATTN_PREFILL_MAX3(a, b, c) ((a) > (b) ? ((a) > (c) ? (a) : (c)) : ((b) > (c) ? (b) : (c)))
-#define ATTN_PREFILL_TILE_WORDS(D, BK) \
-  (ATTN_PREFILL_MAX3(ATTN_PREFILL_KV_HALVES(D, BK), ATTN_PREFILL_QUERY_HALVES(D), ATTN_PREFILL_OUT_HALVES(D)) / 8u)
+#define ATTN_PREFILL_TILE_WORDS(D, DV, BK) \
+  (ATTN_PREFILL_MAX3(ATTN_PREFILL_KV_HALVES(D, DV, BK), ATTN_PREFILL_QUERY_HALVES(D), ATTN_PREFILL_OUT_HALVES(DV)) / 8u)
 #define ATTN_PREFILL_SCORE_WORDS(BK) (ATTN_PREFILL_SIMDGROUPS * ATTN_PREFILL_SIMDGROUP_ROWS * ((BK) + 4u) / 4u)
 
 // The V tile's row of dimension 4·group + i. Within each 32 dimensions, row 8i + e holds dimension
@@ -43,13 +44,14 @@ inline uint v_row(uint group, uint i) { return 32u * (group / 8u) + 8u * i + gro
 // The dimension of the output held in accumulator column c: the same permutation.
 inline uint column_dim(uint c) { return 32u * (c / 32u) + 4u * (c % 8u) + (c % 32u) / 8u; }
 
-// The kernel body for head dimension D and BK keys per tile (constants at each call, so that the loops
-// unroll and the matrix arrays stay in registers). Simdgroup matrices come in pairs of row blocks:
+// The kernel body for head dimension D and BK keys per tile, the output's value dimensions dv0 ..
+// dv0 + DV - 1 (D, DV and BK constants at each call, so that the loops unroll and the matrix arrays stay
+// in registers). Simdgroup matrices come in pairs of row blocks:
 // [2x] rows 0-7, [2x + 1] rows 8-15 of the simdgroup's 16 rows.
 inline void attention_prefill_rows(device const float* q, device const float* k_cache, device const float* v_cache,
                                    device const float* gate, device float* out, constant AttentionPrefillParams& p,
-                                   threadgroup half* tiles, threadgroup float* scores, const uint D, const uint BK,
-                                   uint tile, uint kvh, uint tid, uint sg, uint lane) {
+                                   threadgroup half* tiles, threadgroup float* scores, const uint D, const uint DV,
+                                   const uint BK, uint tile, uint kvh, uint dv0, uint tid, uint sg, uint lane) {
   const uint KLD = D + 8u, VLD = BK + 8u, SLD = BK + 4u, PLD = BK + 8u;
   const uint QC = D < ATTN_PREFILL_QUERY_COLUMNS ? D : ATTN_PREFILL_QUERY_COLUMNS, QLD = QC + 8u;
   const uint G = p.group, rows = p.n * G, kv_width = p.kv_heads * D;
@@ -58,7 +60,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
   const uint last_token = (min(r0 + ATTN_PREFILL_ROWS, rows) - 1u) / G;
   const uint keys = p.pos0 + last_token + 1u;  // keys the tile's last row attends to
   threadgroup half* kt = tiles;             // [BK][KLD]
-  threadgroup half* vt = tiles + BK * KLD;  // [D][VLD], rows by v_row
+  threadgroup half* vt = tiles + BK * KLD;  // [DV][VLD], rows by v_row
 
   // This lane's softmax row (2 lanes per row, BK/2 columns each) and the row's causal limit.
   const uint row = lane / 2u, part = lane % 2u, per_lane = BK / 2u;
@@ -88,20 +90,20 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   simdgroup_float8x8 om[ATTN_PREFILL_MAX_HEAD_DIM / 4u];  // columns 8j: om[2j], om[2j + 1]
-  for (uint j = 0; j < D / 4u; ++j) om[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+  for (uint j = 0; j < DV / 4u; ++j) om[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
 
   float m = -INFINITY, l = 0.0f;  // the row's adopted maximum (log2 units); this lane's share of Σp
   const uint k_runs = BK * D / 8u / ATTN_PREFILL_THREADS;  // runs of 8 halves of K per thread
-  const uint v_runs = D / 4u * (BK / 8u);                  // runs of 4 dimensions x 8 keys of V
+  const uint v_runs = DV / 4u * (BK / 8u);                 // runs of 4 dimensions x 8 keys of V
   for (uint k0 = 0; k0 < keys; k0 += BK) {
     // V: a float4 of dimensions for 8 keys per run, transposed into 4 runs of the V tile. (V before K:
     // at head dim 256 the other order leaves CUDA's register allocation three registers short.)
     for (uint i = 0; i < (v_runs + ATTN_PREFILL_THREADS - 1u) / ATTN_PREFILL_THREADS; ++i) {
-      const uint run = tid + i * ATTN_PREFILL_THREADS, group = run % (D / 4u), key = 8u * (run / (D / 4u));
+      const uint run = tid + i * ATTN_PREFILL_THREADS, group = run % (DV / 4u), key = 8u * (run / (DV / 4u));
       if (run < v_runs) {  // all 8 loads before any use
         float4 v[8];
         for (uint e = 0; e < 8u; ++e) {
-          const float4 f = *(device const float4*)(v_cache + ulong(min(k0 + key + e, keys - 1u)) * kv_width + kvh * D + 4u * group);
+          const float4 f = *(device const float4*)(v_cache + ulong(min(k0 + key + e, keys - 1u)) * kv_width + kvh * D + dv0 + 4u * group);
           v[e] = f;
         }
         store_run(vt + v_row(group, 0u) * VLD + key, v[0].x, v[1].x, v[2].x, v[3].x, v[4].x, v[5].x, v[6].x, v[7].x);
@@ -155,7 +157,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     l *= alpha;
     const float base = m == -INFINITY ? 0.0f : m;  // a row with no key yet: every weight 0
     if (rescale) {  // uniform in the simdgroup: O's rows times alpha, BK columns at a time
-      for (uint j0 = 0; j0 < D / 8u; j0 += BK / 8u) {
+      for (uint j0 = 0; j0 < DV / 8u; j0 += BK / 8u) {
         simdgroup_barrier(mem_flags::mem_threadgroup);
         for (uint c = 0; c < BK / 8u; ++c) {
           simdgroup_store(om[2u * (j0 + c)], sc, SLD, ulong2(8u * c, 0u));
@@ -186,7 +188,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     simdgroup_half8x8 pm[ATTN_PREFILL_MAX_KEYS / 4u];  // keys 16b: pm[4b .. 4b+3]
     for (uint b = 0; b < BK / 16u; ++b)
       simdgroup_load4(pm[4u * b], pm[4u * b + 1u], pm[4u * b + 2u], pm[4u * b + 3u], pw, PLD, ulong2(16u * b, 0u));
-    for (uint j = 0; j < D / 16u; ++j)
+    for (uint j = 0; j < DV / 16u; ++j)
       for (uint b = 0; b < BK / 16u; ++b) {
         simdgroup_half8x8 v00, v01, v10, v11;  // keys 16b + 8y, columns 16j + 8x: vxy
         simdgroup_load4(v00, v01, v10, v11, vt, VLD, ulong2(16u * b, 16u * j), true);
@@ -204,10 +206,10 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
   // each store covers a whole 128-byte row segment.
   l += simd_shuffle_xor(l, ushort(1));
   if (part == 0u) sc[row] = 1.0f / l;  // each row's 1/Σp, for the lanes that write it (after the barrier below)
-  const uint EC = D < ATTN_PREFILL_OUT_COLUMNS ? D : ATTN_PREFILL_OUT_COLUMNS, OLD = EC + 4u;
+  const uint EC = DV < ATTN_PREFILL_OUT_COLUMNS ? DV : ATTN_PREFILL_OUT_COLUMNS, OLD = EC + 4u;
   threadgroup float* staged = (threadgroup float*)tiles + sg * ATTN_PREFILL_SIMDGROUP_ROWS * OLD;
-  for (uint c0 = 0; c0 < D; c0 += EC) {
-    for (uint j = 0; j < D / 8u; ++j)
+  for (uint c0 = 0; c0 < DV; c0 += EC) {
+    for (uint j = 0; j < DV / 8u; ++j)
       if (8u * j >= c0 && 8u * j < c0 + EC) {
         simdgroup_store(om[2u * j], staged, OLD, ulong2(8u * j - c0, 0u));
         simdgroup_store(om[2u * j + 1u], staged, OLD, ulong2(8u * j - c0, 8u));
@@ -216,7 +218,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     for (uint i = 0; i < ATTN_PREFILL_SIMDGROUP_ROWS * EC / 32u; ++i) {
       const uint r = i / (EC / 32u), c = lane + 32u * (i % (EC / 32u));
       const uint q_row = r0 + sg * ATTN_PREFILL_SIMDGROUP_ROWS + r, at_row = min(q_row, rows - 1u);
-      const ulong at = (ulong(at_row / G) * p.heads + kvh * G + at_row % G) * D + column_dim(c0 + c);
+      const ulong at = (ulong(at_row / G) * p.heads + kvh * G + at_row % G) * D + dv0 + column_dim(c0 + c);
       const float o = staged[r * OLD + c] * sc[r];
       const float y = p.gated != 0u ? o * sigmoid(gate[at]) : o;
       if (q_row < rows) out[at] = y;
@@ -230,10 +232,10 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(32u, 32u)];
+  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(32u, 32u, 32u)];
   threadgroup uint4 score_words[ATTN_PREFILL_SCORE_WORDS(32u)];
   attention_prefill_rows(q, k_cache, v_cache, gate, out, p, (threadgroup half*)tile_words, (threadgroup float*)score_words,
-                         32u, 32u, group.x, group.y, tid, sg, lane);
+                         32u, 32u, 32u, group.x, group.y, 0u, tid, sg, lane);
 }
 
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_64(
@@ -241,10 +243,10 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(64u, 32u)];
+  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(64u, 64u, 32u)];
   threadgroup uint4 score_words[ATTN_PREFILL_SCORE_WORDS(32u)];
   attention_prefill_rows(q, k_cache, v_cache, gate, out, p, (threadgroup half*)tile_words, (threadgroup float*)score_words,
-                         64u, 32u, group.x, group.y, tid, sg, lane);
+                         64u, 64u, 32u, group.x, group.y, 0u, tid, sg, lane);
 }
 
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_128(
@@ -252,10 +254,10 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(128u, 32u)];
+  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(128u, 128u, 32u)];
   threadgroup uint4 score_words[ATTN_PREFILL_SCORE_WORDS(32u)];
   attention_prefill_rows(q, k_cache, v_cache, gate, out, p, (threadgroup half*)tile_words, (threadgroup float*)score_words,
-                         128u, 32u, group.x, group.y, tid, sg, lane);
+                         128u, 128u, 32u, group.x, group.y, 0u, tid, sg, lane);
 }
 
 // Head dim 256 (the model's): tiles of 16 keys keep K and V within 21 KB of threadgroup memory.
@@ -264,8 +266,23 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(256u, 16u)];
+  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(256u, 256u, 16u)];
   threadgroup uint4 score_words[ATTN_PREFILL_SCORE_WORDS(16u)];
   attention_prefill_rows(q, k_cache, v_cache, gate, out, p, (threadgroup half*)tile_words, (threadgroup float*)score_words,
-                         256u, 16u, group.x, group.y, tid, sg, lane);
+                         256u, 256u, 16u, group.x, group.y, 0u, tid, sg, lane);
+}
+
+// Head dim 256 for launches of few threadgroups (short prompts, whose time is the longest threadgroup's
+// walk over the keys): each threadgroup computes the half of the output's value dimensions that grid.z
+// picks, and the scores itself, so that its accumulator takes half the registers (202 against 255 with
+// CUDA: two threadgroups per SM) and a key tile half the PV products.
+[[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_256_halves(
+    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
+    uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 tile_words[ATTN_PREFILL_TILE_WORDS(256u, 128u, 16u)];
+  threadgroup uint4 score_words[ATTN_PREFILL_SCORE_WORDS(16u)];
+  attention_prefill_rows(q, k_cache, v_cache, gate, out, p, (threadgroup half*)tile_words, (threadgroup float*)score_words,
+                         256u, 128u, 16u, group.x, group.y, 128u * group.z, tid, sg, lane);
 }

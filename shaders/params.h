@@ -389,6 +389,10 @@ struct AttentionParams {
 #define ATTN_PREFILL_QUERY_COLUMNS 128u
 #define ATTN_PREFILL_OUT_COLUMNS 64u
 #define ATTN_PREFILL_RESCALE 8.0f
+// A head-dim-256 launch of fewer than ATTN_PREFILL_HALVES_BELOW threadgroups (query tiles x KV heads: 128
+// at 512 tokens of the 35B) runs attention_prefill_256_halves, twice the threadgroups on half the value
+// dimensions each.
+#define ATTN_PREFILL_HALVES_BELOW 256u
 
 // Causal prefill attention of the n tokens at positions pos0 .. pos0+n-1 of one call: grid (tiles,
 // kv_heads), tiles = ceil(n * group / ATTN_PREFILL_ROWS).

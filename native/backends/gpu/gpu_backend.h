@@ -69,6 +69,9 @@ class GpuBackend final : public Backend {
   // (the measured crossover) unless set otherwise (to measure it, or to run a short prompt on them).
   bool tiled(int n) const { return precision_ == Precision::F16 && n >= prefill_min_tokens_; }
   void set_prefill_min_tokens(int n) { prefill_min_tokens_ = n; }
+  // Head-dim-256 prompt attention on value halves below this many threadgroups (ATTN_PREFILL_HALVES_BELOW;
+  // the kernel checks set it to reach both builds with small shapes).
+  void set_attention_halves_below(size_t threadgroups) { attention_halves_below_ = threadgroups; }
   Runtime& runtime() { return *runtime_; }
 
   std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;
@@ -142,6 +145,7 @@ class GpuBackend final : public Backend {
   std::unique_ptr<Runtime> runtime_;  // first, with mu_ before the buffers: destroyed after them (~GpuBackend)
   Precision precision_;
   int prefill_min_tokens_ = int(PREFILL_MIN_TOKENS);
+  size_t attention_halves_below_ = ATTN_PREFILL_HALVES_BELOW;
   std::recursive_mutex mu_;
   bool pending_ = false;                       // work recorded since the last finish
   bool prompt_ = false;                        // the chunk being recorded has prefill_min_tokens or more

@@ -63,26 +63,34 @@ void add_attention_cases(Cases& all) {
   // kernels at 1e-5. `ramp` scales key j by 1 + j/8, so that the scores grow along the keys and the
   // running maximum moves often (without the rescale of the accumulator that case fails). The model's
   // shape (16/2 heads of 256) with growing scores, and prompts of several threadgroups of rows (64 each)
-  // and several key tiles, the last threadgroup partly filled, at head dims 256 and 128.
+  // and several key tiles, the last threadgroup partly filled, at head dims 256 and 128. Head dim 256 on
+  // both its builds: value halves (these launches are short) and, with the halves' threshold at 0, whole.
   struct PrefillShape {
     int heads, kv, dim, n, pos0;
     bool gated, probs;
     float ramp;
+    bool whole = false;
   };
   for (PrefillShape a : {PrefillShape{8, 1, 64, 65, 0, true, false, 0.0f}, PrefillShape{8, 1, 256, 16, 21, true, false, 0.0f},
                          PrefillShape{6, 2, 64, 17, 5, false, false, 0.0f}, PrefillShape{2, 2, 128, 24, 40, true, false, 0.0f},
                          PrefillShape{8, 1, 64, 48, 0, true, false, 1.0f}, PrefillShape{6, 2, 32, 33, 0, false, false, 0.0f},
                          PrefillShape{6, 2, 128, 15, 9, true, false, 0.0f}, PrefillShape{8, 2, 64, 20, 3, true, true, 0.0f},
                          PrefillShape{16, 2, 256, 40, 0, true, false, 1.0f}, PrefillShape{8, 1, 256, 70, 30, false, false, 0.0f},
-                         PrefillShape{4, 1, 128, 90, 7, true, false, 1.0f}})
+                         PrefillShape{16, 2, 256, 40, 0, true, false, 1.0f, true}, PrefillShape{8, 1, 256, 70, 30, false, false, 0.0f, true},
+                         PrefillShape{8, 1, 256, 16, 21, true, false, 0.0f, true}, PrefillShape{4, 1, 128, 90, 7, true, false, 1.0f}})
     add("attention_prefill " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
             std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
-            (a.ramp > 0.0f ? " ramp" : ""),
+            (a.ramp > 0.0f ? " ramp" : "") + (a.whole ? " whole" : ""),
         [a](Ctx& c) {
+          struct HalvesBelow {  // the default threshold back, however the case ends
+            gpu::GpuBackend& gpu;
+            HalvesBelow(gpu::GpuBackend& g, size_t below) : gpu(g) { gpu.set_attention_halves_below(below); }
+            ~HalvesBelow() { gpu.set_attention_halves_below(ATTN_PREFILL_HALVES_BELOW); }
+          } halves_below(c.gpu, a.whole ? 0u : ATTN_PREFILL_HALVES_BELOW);
           const bool tiled = c.gpu.tiled(a.n) && !a.probs;
           c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
                     std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + (a.gated ? ", gated" : "") +
-                    (a.probs ? ", probs" : "") + (a.ramp > 0.0f ? ", growing scores" : "");
+                    (a.probs ? ", probs" : "") + (a.ramp > 0.0f ? ", growing scores" : "") + (a.whole ? ", whole" : "");
           const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
           const int total = a.pos0 + a.n;
           const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
@@ -102,7 +110,8 @@ void add_attention_cases(Cases& all) {
           const size_t flash = size_t(a.dim == 32    ? gpu::kernels::attention_prefill_32::id
                                       : a.dim == 64  ? gpu::kernels::attention_prefill_64::id
                                       : a.dim == 128 ? gpu::kernels::attention_prefill_128::id
-                                                     : gpu::kernels::attention_prefill_256::id);
+                                      : a.whole      ? gpu::kernels::attention_prefill_256::id
+                                                     : gpu::kernels::attention_prefill_256_halves::id);
           const size_t split = size_t(split_build(a.heads, a.kv));
           const std::vector<uint64_t>& after = c.gpu.dispatches_by_kernel();
           if ((after[flash] > before[flash]) != tiled || (after[split] > before[split]) == tiled)

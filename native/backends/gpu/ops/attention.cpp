@@ -20,11 +20,14 @@ namespace ap32 = k::attention_prefill_32;
 namespace ap64 = k::attention_prefill_64;
 namespace ap128 = k::attention_prefill_128;
 namespace ap256 = k::attention_prefill_256;
+namespace ap256h = k::attention_prefill_256_halves;
 static_assert(ap32::q == ap256::q && ap32::k_cache == ap256::k_cache && ap32::v_cache == ap256::v_cache &&
                   ap32::gate == ap256::gate && ap32::out == ap256::out && ap32::p == ap256::p && ap64::q == ap256::q && ap64::k_cache == ap256::k_cache && ap64::v_cache == ap256::v_cache &&
                   ap64::gate == ap256::gate && ap64::out == ap256::out && ap64::p == ap256::p && ap128::q == ap256::q &&
                   ap128::k_cache == ap256::k_cache && ap128::v_cache == ap256::v_cache && ap128::gate == ap256::gate &&
-                  ap128::out == ap256::out && ap128::p == ap256::p,
+                  ap128::out == ap256::out && ap128::p == ap256::p && ap256h::q == ap256::q &&
+                  ap256h::k_cache == ap256::k_cache && ap256h::v_cache == ap256::v_cache && ap256h::gate == ap256::gate &&
+                  ap256h::out == ap256::out && ap256h::p == ap256::p,
               "attention_prefill_<head_dim> kernels share their bindings");
 
 static_assert(ATTN_SPLIT_BLOCK == ATTN_SPLIT_KEYS_PER_SIMDGROUP * (REDUCE_THREADS / 32),
@@ -85,9 +88,13 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
     p.tiles = ceil_div(size_t(n) * G, ATTN_PREFILL_ROWS);
     p.scale = float(1.0 / std::sqrt(double(s.head_dim)) * 1.4426950408889634);  // log2(e): exp2 in the kernel
     p.gated = gate ? 1u : 0u;
+    // A short prompt's launch, whose time is its longest threadgroup's walk over the keys, on twice the
+    // threadgroups, each half the value dimensions.
+    const bool halves = prefill_id == ap256::id && size_t(p.tiles) * p.kv_heads < attention_halves_below_;
+    if (halves) prefill_id = ap256h::id;
     Call(*this, prefill_id).buf(ap256::q, q).buf(ap256::k_cache, k_cache).buf(ap256::v_cache, v_cache)
-        .opt(ap256::gate, gate).buf(ap256::out, out).params(ap256::p, p).grid(p.tiles, p.kv_heads)
-        .threads(ATTN_PREFILL_THREADS).run();
+        .opt(ap256::gate, gate).buf(ap256::out, out).params(ap256::p, p)
+        .grid(p.tiles, p.kv_heads, halves ? 2u : 1u).threads(ATTN_PREFILL_THREADS).run();
     return;
   }
   if (G > ATTN_MAX_GROUP || G * D > ATTN_MAX_QUERY_FLOATS)
