@@ -5,7 +5,8 @@
 # times prefill at every prompt length (fp16 tiled kernels against the fp32 decode kernels, with a
 # per-kernel profile at 4,096 tokens), decode after a short prompt and at depth (after prompts of
 # --depths tokens); with --peer, also builds llama.cpp (CUDA), converts the same weights to a Q4_0 GGUF
-# and runs llama-bench in the same call (prefill, decode at depth). Logs go to --out.
+# and runs llama-bench in the same call (prefill, decode at depth). Logs go to --out, and every figure
+# to --out/summary.txt (bench/gpu/summary.sh).
 #
 # Needs .synth/full.json (made where Node is: npx tsx scripts/synth-checkpoint.ts --manifest
 # .synth/full.json) and, with --peer, .peer/llama-cpp-src.tar.xz (scripts/peer/llama-cpp-subset.sh):
@@ -148,3 +149,5 @@ if [[ $peer == 1 ]]; then
   stamp "llama-bench at depth done"
 fi
 stamp "all done"
+# Every figure in one file (and on stdout): OUT/summary.txt.
+bash "$(dirname "$0")/summary.sh" "$out" | tee "$out/summary.txt"
