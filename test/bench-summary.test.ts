@@ -16,7 +16,7 @@ test("the summary keeps each figure and drops the logs around it", () => {
   writeFileSync(join(out, "agree-fp16.txt"), "loading...\nt1/hf: teacher-forced top-1 99.22 % of 256 positions | FAIL\n");
   writeFileSync(
     join(out, "prefill.txt"),
-    "loading /tmp/synth\nprompt  | fp16 tok/s | fp16 ms\nruntime, fp16, 512 tokens: 855 kernel launches\n    512 |    17879.2 |   28.637 |\n  32768 |    19108.0 | 1714.882 |\n",
+    "loading /tmp/synth\nprompt  | fp16 tok/s | fp16 ms\nruntime, fp16, 512 tokens: 855 kernel launches\nfp16 runs, 512 tokens, tok/s: 17879.2 17766.0 (mean 17822.6)\n    512 |    17879.2 |   28.637 |\n  32768 |    19108.0 | 1714.882 |\n",
   );
   writeFileSync(
     join(out, "speed-4096.txt"),
@@ -24,7 +24,17 @@ test("the summary keeps each figure and drops the logs around it", () => {
   );
   writeFileSync(
     join(out, "llama-bench.txt"),
-    "ggml_cuda_init: found 1 CUDA devices\n| model | size | test | t/s |\n| --- | --- | --- | --- |\n| qwen35moe Q4_0 | 18 GiB |           pp512 |    5069.46 ± 1208.59 |\n| qwen35moe Q4_0 | 18 GiB |   tg128 @ d4096 |        249.24 ± 4.63 |\nbuild: de3ff81 (1)\n",
+    [
+      "ggml_cuda_init: found 1 CUDA devices",
+      "| model | size | test | t/s |",
+      "| --- | --- | --- | --- |",
+      '{"build_commit": "de3ff81", "n_prompt": 512, "n_gen": 0, "n_depth": 0, "avg_ts": 5069.46, "samples_ns": [ 121476000, 86425000 ],"samples_ts": [ 4214.9, 5924.02 ]}',
+      "| qwen35moe Q4_0 | 18 GiB |           pp512 |    5069.46 ± 1208.59 |",
+      '{"build_commit": "de3ff81", "n_prompt": 0, "n_gen": 128, "n_depth": 4096, "samples_ns": [ 1, 2, 3 ],"samples_ts": [ 245.1, 250.3, 252.32 ]}',
+      "| qwen35moe Q4_0 | 18 GiB |   tg128 @ d4096 |        249.24 ± 4.63 |",
+      "build: de3ff81 (1)",
+      "",
+    ].join("\n"),
   );
   writeFileSync(join(out, "steps.log"), "[1 s] built\n[90 s] speed at depth 32768 FAILED\n");
   const r = run(out);
@@ -46,10 +56,14 @@ test("the summary keeps each figure and drops the logs around it", () => {
     "| model | size | test | t/s |",
     "pp512 |    5069.46 ± 1208.59",
     "tg128 @ d4096 |        249.24 ± 4.63",
+    "fp16 runs, 512 tokens, tok/s: 17879.2 17766.0 (mean 17822.6)",
+    "llama.cpp's repetitions",
+    "pp512, tok/s: 4214.90 5924.02 (best 5924.02, mean 5069.46)",
+    "tg128 @ d4096, tok/s: 245.10 250.30 252.32 (best 252.32, mean 249.24)",
     "speed at depth 32768 FAILED",
   ])
     expect(s).toContain(line);
-  for (const noise of ["loading", "runtime,", "gemm_q4 shapes", "ggml_cuda_init", "| --- |", "build: de3ff81", "[1 s] built"])
+  for (const noise of ["loading", "runtime,", "gemm_q4 shapes", "ggml_cuda_init", "| --- |", "build: de3ff81", "[1 s] built", "build_commit"])
     expect(s).not.toContain(noise);
 });
 

@@ -18,7 +18,8 @@
 // prefill: for each prompt length, the best of `repeat` prefills (fresh sessions, the synthetic prompt)
 // in fp16 (the tiled kernels) and, up to --compare-max tokens, fp32 (the decode kernels), as tok/s and as the fraction of the given
 // tensor-core peak that the model's matrix work makes (2 flops per weight a token meets, experts k/E of
-// theirs, the lm_head once; attention 4 x heads x head_dim per cached position); the shortest prompt at
+// theirs, the lm_head once; attention 4 x heads x head_dim per cached position), and every timed fp16 run
+// with their mean (llama-bench reports a mean); the shortest prompt at
 // which fp16 is faster is the tiled kernels' threshold (PREFILL_MIN_TOKENS). For a mixture-of-experts
 // model it also prints the routing each length gave (the experts used per layer and the largest
 // bucket against the mean): the MoE kernels' work depends on it, not only on the length.
@@ -245,6 +246,8 @@ int prefill(const Options& o) {
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(uint64_t(uint32_t(uint64_t(i) * 2654435761ull)) % uint64_t(vocab));
     double best[2] = {1e30, 1e30};
+    std::string runs;  // every timed fp16 run's tok/s: a peer's mean compares with their mean, its best with the best
+    double sum = 0;
     for (int p = 0; p < (n <= o.compare_max ? 2 : 1); ++p) {
       gpu->set_precision(p == 0 ? gpu::Precision::F16 : gpu::Precision::F32);
       for (int r = 0; r <= o.repeat; ++r) {  // the first run warms up (and loads the kernels' modules)
@@ -254,11 +257,17 @@ int prefill(const Options& o) {
         const double t = seconds(t0, Clock::now());
         if (r > 0) best[p] = std::min(best[p], t);
         else gpu->runtime().reset_stats();
+        if (r > 0 && p == 0) {
+          char run[32];
+          std::snprintf(run, sizeof run, " %.1f", n / t);
+          runs += run, sum += n / t;
+        }
       }
       // The runtime's report of the timed fp16 runs of this length: graphs built and reused, host and GPU
       // time per launch (under MOELENS_CUDA_PROFILE=1, the time per kernel).
       if (p == 0) std::printf("runtime, fp16, %d tokens: %s\n", n, gpu->runtime().stats().c_str());
     }
+    std::printf("fp16 runs, %d tokens, tok/s:%s (mean %.1f)\n", n, runs.c_str(), sum / o.repeat);
     gpu->set_precision(gpu::Precision::F16);  // the routing run's, and the model's after the last length
     if (model->config().num_experts > 0) std::printf("routing, %d tokens: %s\n", n, routing_summary(*model, ids).c_str());
     const double tflops = prefill_flops(*model, n, 0) / best[0] / 1e12;
