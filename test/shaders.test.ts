@@ -161,6 +161,25 @@ describe("the lint of the portable MSL subset", () => {
     expect(bare.out).toMatch(/resident\.metal:3: kernel k: MIN_RESIDENT_THREADGROUPS follows/);
   });
 
+  test("CUDA kernels take whether they let the next kernel launch early as their last argument", () => {
+    const out = fs.mkdtempSync(path.join(tmp, "dependents-"));
+    const file = path.join(out, "dependents.metal");
+    fs.writeFileSync(
+      file,
+      "#include <metal_stdlib>\nusing namespace metal;\n" +
+        "[[max_total_threads_per_threadgroup(64)]] kernel void k(device float* x [[buffer(0)]], constant uint& n [[buffer(1)]], " +
+        "uint i [[thread_position_in_grid]]) { if (i < n) x[i] = 1.0f; }\n",
+    );
+    const r = run(path.join(buildDir, "msl-translate"), ["--out", out, "--cuda", file]);
+    expect(r.status, r.out).toBe(0);
+    const cuda = fs.readFileSync(path.join(out, "dependents.cu"), "utf8");
+    expect(cuda).toMatch(/k\(float\* x, [^)]*, const uint msl_early_dependents\) \{/);
+    expect(cuda).toMatch(/msl_cuda::await_previous_kernel\(msl_early_dependents\);/);
+    // The describer binds it after the kernel's own arguments, from the call (the runtime sets it per launch).
+    expect(cuda).toMatch(/call\.args\[call\.count\+\+\] = &call\.early_dependents;\n\}/);
+    expect(fs.readFileSync(path.join(out, "dependents.emu.cpp"), "utf8")).not.toMatch(/early_dependents/);
+  });
+
   test("accepts a conforming kernel", () => {
     const file = path.join(tmp, "ok.metal");
     fs.writeFileSync(

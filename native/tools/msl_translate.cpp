@@ -592,8 +592,8 @@ std::string cuda_file(const ShaderFile& f) {
         sig += ty + " " + p.name;
       }
     }
-    sig += ")";
-    prologue += " msl_cuda::await_previous_kernel();";
+    sig += std::string(first ? "" : ", ") + "const uint msl_early_dependents)";
+    prologue += " msl_cuda::await_previous_kernel(msl_early_dependents);";
     // Replace everything from `kernel` through the opening brace of the body.
     edits.push_back({k.kernel_tok_begin, k.body_begin + 1, sig + " {" + prologue});
   }
@@ -613,6 +613,7 @@ std::string cuda_file(const ShaderFile& f) {
       else if (p.kind == ParamKind::Params)
         o += "  call.args[call.count++] = const_cast<void*>(L.params);\n";
     }
+    o += "  call.args[call.count++] = &call.early_dependents;\n";
     o += "}\n\n";
   }
   return o + "#include \"msl/msl_end.h\"\n";

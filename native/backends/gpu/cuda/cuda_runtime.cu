@@ -13,10 +13,12 @@
 // A prompt chunk's dispatches (Dispatch::prompt) are launched as they come, after the graph of whatever
 // was recorded before them: their kernels are long enough to hide the next launch.
 //
-// Programmatic dependent launch (compute capability 9.0 and later): each kernel of a decode step may be
-// launched while the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel)
-// until that kernel has finished, so the launch latency between two kernels is hidden. Prompt chunks
-// launch plainly (Dispatch::prompt: it measured slower there). MOELENS_CUDA_PDL=0 turns it off.
+// Programmatic dependent launch (compute capability 9.0 and later): each kernel may be launched while
+// the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel) until that
+// kernel has finished, so the launch latency between two kernels is hidden. A decode step's kernels let
+// the next one launch as soon as their blocks start; a prompt chunk's (Dispatch::prompt) only as their
+// blocks exit (CudaKernelCall::early_dependents: earlier, the next kernel's blocks crowded onto the SMs
+// that freed up first, and prompts ran 8-15 % slower). MOELENS_CUDA_PDL=0 turns it off.
 //
 // MOELENS_CUDA_GRAPH=0 launches each kernel directly instead; MOELENS_CUDA_PROFILE=1 does so too and
 // times every kernel with events (stats() then lists GPU time per kernel; launches are plain there).
@@ -74,6 +76,7 @@ void describe(const Dispatch& d, KernelLaunch& launch, CudaKernelCall& call) {
   std::memcpy(launch.grid, d.grid, sizeof launch.grid);
   std::memcpy(launch.threads, d.threads, sizeof launch.threads);
   kernels::kCudaDescribers[d.kernel](launch, call);
+  call.early_dependents = d.prompt ? 0u : 1u;
 }
 
 cudaKernelNodeParams node_params(const KernelLaunch& L, const CudaKernelCall& call) {
@@ -168,7 +171,7 @@ class CudaRuntime final : public Runtime {
     cudaLaunchAttribute programmatic{};
     programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     programmatic.val.programmaticStreamSerializationAllowed = 1;
-    if (programmatic_ && !profile_ && !d.prompt) config.attrs = &programmatic, config.numAttrs = 1;
+    if (programmatic_ && !profile_) config.attrs = &programmatic, config.numAttrs = 1;
     check(cudaLaunchKernelExC(&config, call.func, call.args), kernels::kInfo[d.kernel].name);
     if (profile_) {
       check(cudaEventRecord(end, stream_), "event");
