@@ -2,8 +2,9 @@
 // entries bucketed by expert on the device, then grouped GEMMs over the buckets on simdgroup matrices
 // (fp16 operands, fp32 accumulation), so that each expert's weights are read once per chunk, and a
 // combine in slot order. The shared expert is one more bucket, index p.experts, holding every token.
-// Nothing is read back by the host: the buckets' tiles are listed on the device (moe_tile_list), and
-// the expert kernels' launches cover the most tiles any routing can give; those past the list exit at once.
+// Nothing is read back by the host: the buckets' tiles are listed on the device (moe_tile_list or
+// moe_bucket_small), and the expert kernels' launches cover the most tiles any routing can give; those
+// past the list exit at once.
 #include <metal_stdlib>
 using namespace metal;
 #include "tiles.h"
@@ -14,8 +15,24 @@ using namespace metal;
 // block], into each (expert, block)'s first position by one exclusive scan; moe_bucket_scatter places
 // every entry at that position plus its rank. Within a bucket, entries are in entry order ((token,
 // slot) order), deterministically. offsets[e] .. offsets[e+1] is expert e's bucket in `entries`;
-// positions[entry] is the entry's place there. Ids outside 0 .. experts-1 are in no bucket.
+// positions[entry] is the entry's place there. Ids outside 0 .. experts-1 are in no bucket. Short
+// chunks run it, and moe_tile_list, as the one launch of moe_bucket_small.
 inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_BUCKET_BLOCK - 1u) / MOE_BUCKET_BLOCK; }
+
+// The exclusive prefix sum of `value` over the threadgroup's threads in index order, and their sum in
+// `total`: simdgroup prefix sums, then one over the simdgroups' totals (one word each in
+// simdgroup_totals, rewritable once it returns). Every thread of the `simdgroups` (at most 32) calls it.
+inline uint threadgroup_exclusive_sum(uint value, threadgroup uint* simdgroup_totals, uint simdgroups, uint sg,
+                                      uint lane, thread uint& total) {
+  const uint before_in_simdgroup = simd_prefix_exclusive_sum(value);
+  if (lane == 31u) simdgroup_totals[sg] = before_in_simdgroup + value;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  const uint sums = lane < simdgroups ? simdgroup_totals[lane] : 0u;
+  const uint simdgroups_before = simd_prefix_exclusive_sum(sums);
+  total = simd_sum(sums);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return simd_shuffle(simdgroups_before, ushort(sg)) + before_in_simdgroup;
+}
 
 // Threadgroup = one block of entries; thread (part, e) = tid / lanes, tid % lanes (lanes = experts
 // rounded up to 32; the host picks parts, a power of 2 up to MOE_BUCKET_PARTS) walks part `part` of the
@@ -63,9 +80,8 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
 
 // One threadgroup: counts [experts · blocks] become their exclusive prefix sums, in rounds of
 // MOE_SCAN_THREADS · MOE_SCAN_PER_THREAD consecutive counts (each thread a run of MOE_SCAN_PER_THREAD,
-// the runs' sums scanned by simdgroup prefix sums and once more over the simdgroups' totals), the
-// rounds chained by a carry. offsets[e] is expert e's block 0; offsets[experts] the number of entries
-// in buckets.
+// the runs' sums scanned by threadgroup_exclusive_sum), the rounds chained by a carry. offsets[e] is
+// expert e's block 0; offsets[experts] the number of entries in buckets.
 [[max_total_threads_per_threadgroup(MOE_SCAN_THREADS)]] kernel void moe_bucket_scan(device uint* counts [[buffer(0)]], device uint* offsets [[buffer(1)]],
                             constant MoeTiledParams& p [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
                             uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
@@ -76,14 +92,9 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
     const uint first = r0 + MOE_SCAN_PER_THREAD * tid;
     uint v[MOE_SCAN_PER_THREAD];
     for (uint u = 0; u < MOE_SCAN_PER_THREAD; ++u) v[u] = counts[min(first + u, size - 1u)];
-    uint run = 0u;
+    uint run = 0u, round_total;
     for (uint u = 0; u < MOE_SCAN_PER_THREAD; ++u) run += first + u < size ? v[u] : 0u;
-    const uint before_in_simdgroup = simd_prefix_exclusive_sum(run);
-    if (lane == 31u) simdgroup_totals[sg] = before_in_simdgroup + run;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    const uint total = simdgroup_totals[lane];
-    const uint simdgroups_before = simd_prefix_exclusive_sum(total), round_total = simd_sum(total);
-    uint at = carry + simd_shuffle(simdgroups_before, ushort(sg)) + before_in_simdgroup;
+    uint at = carry + threadgroup_exclusive_sum(run, simdgroup_totals, MOE_SCAN_THREADS / 32u, sg, lane, round_total);
     for (uint u = 0; u < MOE_SCAN_PER_THREAD; ++u) {
       const uint i = first + u;
       if (i < size) {
@@ -93,7 +104,6 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
       at += first + u < size ? v[u] : 0u;
     }
     carry += round_total;
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // simdgroup_totals is rewritten by the next round
   }
   if (tid == 0u) offsets[p.experts] = carry;
 }
@@ -117,13 +127,13 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
 // `_q4` builds run such a tile on half the rows: a bucket of 512 tokens x 8 / 256 experts = 16 entries
 // on average fills half a `_short` tile); tiles[0] is their number. The expert kernels' launches cover
 // the most tiles any routing can give (ceil(n·k / tile_tokens) + buckets), and their threadgroups past
-// tiles[0] exit at once: far fewer than one per (largest possible bucket, expert). One threadgroup;
-// thread j takes buckets MOE_TILE_LIST_PER_THREAD·j ..; their first tiles by one exclusive scan
-// (simdgroup prefix sums, then one over the simdgroups' totals).
-[[max_total_threads_per_threadgroup(MOE_TILE_LIST_THREADS)]] kernel void moe_tile_list(device const uint* offsets [[buffer(0)]], device uint* tiles [[buffer(1)]],
-                          constant MoeTiledParams& p [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
-                          uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup uint simdgroup_totals[MOE_TILE_LIST_THREADS / 32];
+// tiles[0] exit at once: far fewer than one per (largest possible bucket, expert). Thread j takes
+// buckets MOE_TILE_LIST_PER_THREAD·j ..; their first tiles by threadgroup_exclusive_sum. All threads
+// of the threadgroup (`simdgroups` simdgroups) call it; offsets, in device or threadgroup memory, as
+// moe_bucket_scan writes them.
+template <typename Offsets>
+inline void list_tiles(Offsets offsets, device uint* tiles, constant MoeTiledParams& p,
+                       threadgroup uint* simdgroup_totals, uint simdgroups, uint tid, uint sg, uint lane) {
   const uint buckets = p.experts + p.shared, T = p.tile_tokens;
   uint count[MOE_TILE_LIST_PER_THREAD], half_last[MOE_TILE_LIST_PER_THREAD], mine = 0u;
   for (uint u = 0; u < MOE_TILE_LIST_PER_THREAD; ++u) {
@@ -133,22 +143,93 @@ inline uint bucket_blocks(constant MoeTiledParams& p) { return (p.n * p.k + MOE_
     half_last[u] = count[u] > 0u && rows - T * (count[u] - 1u) <= T / 2u ? MOE_HALF_TILE : 0u;
     mine += count[u];
   }
-  const uint before_in_simdgroup = simd_prefix_exclusive_sum(mine);
-  if (lane == 31u) simdgroup_totals[sg] = before_in_simdgroup + mine;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  const uint total = sg == 0u ? simdgroup_totals[lane % (MOE_TILE_LIST_THREADS / 32u)] : 0u;
-  const uint simdgroups_before = simd_prefix_exclusive_sum(lane < MOE_TILE_LIST_THREADS / 32u ? total : 0u);
-  const uint all = simd_sum(lane < MOE_TILE_LIST_THREADS / 32u ? total : 0u);
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (sg == 0u && lane < MOE_TILE_LIST_THREADS / 32u) simdgroup_totals[lane] = simdgroups_before;
+  uint all;
+  uint at = threadgroup_exclusive_sum(mine, simdgroup_totals, simdgroups, sg, lane, all);
   if (tid == 0u) tiles[0] = all;
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  uint at = simdgroup_totals[sg] + before_in_simdgroup;
   for (uint u = 0; u < MOE_TILE_LIST_PER_THREAD; ++u) {
     const uint e = MOE_TILE_LIST_PER_THREAD * tid + u;
     for (uint i = 0; i < count[u]; ++i) tiles[1u + at + i] = (e << 16u) | i | (i + 1u == count[u] ? half_last[u] : 0u);
     at += count[u];
   }
+}
+
+[[max_total_threads_per_threadgroup(MOE_TILE_LIST_THREADS)]] kernel void moe_tile_list(device const uint* offsets [[buffer(0)]], device uint* tiles [[buffer(1)]],
+                          constant MoeTiledParams& p [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
+                          uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint simdgroup_totals[MOE_TILE_LIST_THREADS / 32];
+  list_tiles(offsets, tiles, p, simdgroup_totals, MOE_TILE_LIST_THREADS / 32u, tid, sg, lane);
+}
+
+// The number of bits set in v (Metal's popcount is not in the portable subset).
+inline uint bits_set(uint v) {
+  v -= (v >> 1u) & 0x55555555u;
+  v = (v & 0x33333333u) + ((v >> 2u) & 0x33333333u);
+  return (((v + (v >> 4u)) & 0x0f0f0f0fu) * 0x01010101u) >> 24u;
+}
+
+// A chunk of at most MOE_BUCKET_SMALL_ENTRIES entries and MOE_BUCKET_SMALL_EXPERTS experts: what
+// moe_bucket_count, _scan, _scatter and moe_tile_list write (offsets, positions, entries, tiles), in one
+// launch of one threadgroup, so that a short prompt pays one launch's latency per layer instead of four.
+// Simdgroup sg takes entries 32·(R·sg + r) + lane in rounds r < R = MOE_BUCKET_SMALL_ENTRIES /
+// MOE_BUCKET_SMALL_THREADS. In a round, each lane finds the lanes holding its expert by 32 shuffles
+// (its rank: those below it), and the lowest of them adds their number to the simdgroup's count of
+// the expert, so the count read before is the rank's base: ranks in entry order without atomics. The
+// counts, [expert][simdgroup], then become their exclusive prefix sums (each thread one expert's 8
+// simdgroups), each cell's first position; an entry's position is its cell's plus its rank.
+[[max_total_threads_per_threadgroup(MOE_BUCKET_SMALL_THREADS)]] kernel void moe_bucket_small(device const int* ids [[buffer(0)]], device uint* offsets [[buffer(1)]],
+                             device uint* entries [[buffer(2)]], device uint* positions [[buffer(3)]],
+                             device uint* tiles [[buffer(4)]], constant MoeTiledParams& p [[buffer(5)]],
+                             uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup uint4 cell_words[MOE_BUCKET_SMALL_EXPERTS * 32u / 8u];  // ushort [expert][simdgroup]
+  threadgroup uint bucket_offsets[MOE_BUCKET_SMALL_EXPERTS + 1u];
+  threadgroup uint simdgroup_totals[MOE_BUCKET_SMALL_THREADS / 32];
+  threadgroup uint* cell_pairs = (threadgroup uint*)cell_words;
+  threadgroup ushort* cells = (threadgroup ushort*)cell_words;
+  constexpr uint rounds = MOE_BUCKET_SMALL_ENTRIES / MOE_BUCKET_SMALL_THREADS;
+  const uint entry_count = p.n * p.k, none = 0xffffffffu;
+  for (uint j = tid; j < MOE_BUCKET_SMALL_EXPERTS * 32u / 2u; j += MOE_BUCKET_SMALL_THREADS)
+    cell_pairs[j] = 0u;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  uint expert[rounds], rank[rounds];
+  for (uint r = 0; r < rounds; ++r) {
+    const uint first = 32u * (rounds * sg + r), i = first + lane, id = uint(ids[min(i, entry_count - 1u)]);
+    expert[r] = i < entry_count && id < p.experts ? id : none;  // in no bucket
+    rank[r] = 0u;
+    if (first >= entry_count) continue;  // the whole simdgroup
+    uint same = 0u;  // the lanes holding this lane's expert
+    for (ushort l = 0; l < 32u; ++l) same |= simd_shuffle(expert[r], l) == expert[r] ? 1u << l : 0u;
+    const uint below = bits_set(same & ((1u << lane) - 1u)), cell = min(expert[r], p.experts - 1u) * 32u + sg;
+    const uint before = cells[cell];
+    simdgroup_barrier(mem_flags::mem_threadgroup);  // every lane has read its count before it changes
+    if (expert[r] != none && below == 0u) cells[cell] = ushort(before + bits_set(same));
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    rank[r] = before + below;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  // Thread tid: expert tid / 4's cells of simdgroups 8·(tid % 4) .., one uint4 of them (zero past the
+  // experts).
+  const uint e = tid / 4u;
+  const uint4 w = cell_words[tid];
+  const uint words[4] = {w.x, w.y, w.z, w.w};
+  uint run = 0u, total;
+  for (uint u = 0; u < 4u; ++u) run += (words[u] & 0xffffu) + (words[u] >> 16u);
+  uint at = threadgroup_exclusive_sum(run, simdgroup_totals, MOE_BUCKET_SMALL_THREADS / 32u, sg, lane, total);
+  if (e < p.experts && tid % 4u == 0u) offsets[e] = bucket_offsets[e] = at;
+  if (tid == 0u) offsets[p.experts] = bucket_offsets[p.experts] = total;
+  for (uint u = 0; u < 4u; ++u) {  // first positions, at most MOE_BUCKET_SMALL_ENTRIES: 16 bits each
+    cell_pairs[4u * tid + u] = at | (at + (words[u] & 0xffffu)) << 16u;
+    at += (words[u] & 0xffffu) + (words[u] >> 16u);
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint r = 0; r < rounds; ++r) {
+    const uint i = 32u * (rounds * sg + r) + lane;
+    if (expert[r] == none) continue;
+    const uint position = cells[expert[r] * 32u + sg] + rank[r];
+    positions[i] = position;
+    entries[position] = i;
+  }
+  list_tiles(bucket_offsets, tiles, p, simdgroup_totals, MOE_BUCKET_SMALL_THREADS / 32u, tid, sg, lane);
 }
 
 // The rows of bucket e that tile row r stands for (rows past the bucket repeat its last row; what they

@@ -282,6 +282,12 @@ struct MoeParams {
 #define MOE_TILE_LIST_PER_THREAD 2u
 #define MOE_SCAN_THREADS 1024
 #define MOE_SCAN_PER_THREAD 4u
+// moe_bucket_small: chunks of at most MOE_BUCKET_SMALL_ENTRIES entries and MOE_BUCKET_SMALL_EXPERTS
+// experts bucketed, and their tiles listed, by one threadgroup of MOE_BUCKET_SMALL_THREADS (32
+// simdgroups; 4 threads per expert scan its counts per simdgroup: [256][32] ushorts, 16 KiB).
+#define MOE_BUCKET_SMALL_ENTRIES 4096u
+#define MOE_BUCKET_SMALL_EXPERTS 256u
+#define MOE_BUCKET_SMALL_THREADS 1024
 
 // MoE prefill (tiled(n)): the n·k (token, slot) entries bucketed by expert (moe_bucket), grouped GEMMs
 // over the buckets (moe_gate_up_tiled, moe_down_tiled; the shared expert, when `shared`, is bucket

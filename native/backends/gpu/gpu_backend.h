@@ -8,6 +8,7 @@
 // and a copy kernel, and buffers freed during recording live until the work is done.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +73,12 @@ class GpuBackend final : public Backend {
   // Head-dim-256 prompt attention on value halves below this many threadgroups (ATTN_PREFILL_HALVES_BELOW;
   // the kernel checks set it to reach both builds with small shapes).
   void set_attention_halves_below(size_t threadgroups) { attention_halves_below_ = threadgroups; }
+  // Chunks of at most this many (token, slot) entries bucket in one launch (moe_bucket_small; at most
+  // MOE_BUCKET_SMALL_ENTRIES, the default; the kernel checks set 0 to reach the four launches with small
+  // shapes).
+  void set_moe_bucket_small_entries(uint32_t entries) {
+    moe_bucket_small_entries_ = std::min(entries, MOE_BUCKET_SMALL_ENTRIES);
+  }
   Runtime& runtime() { return *runtime_; }
 
   std::unique_ptr<Buffer> alloc(ElemType type, size_t count) override;
@@ -112,7 +119,11 @@ class GpuBackend final : public Backend {
   // entry order within each expert: offsets [experts + 1] (expert e's bucket is entries[offsets[e] ..
   // offsets[e+1]]), entries [n·k] (entry indices in bucket order), positions [n·k] (each entry's place
   // in `entries`). Ids outside 0 .. experts-1 are in no bucket (their positions are left as they were).
-  void bucket_by_expert(View ids, int n, int k, int experts, View offsets, View entries, View positions);
+  // Then the buckets' tiles of tile_tokens rows, the shared expert's bucket (every token) last when
+  // `shared`, for the expert kernels (moe_tile_list): tiles [1 + ceil(n·k / tile_tokens) + experts +
+  // (shared ? ceil(n / tile_tokens) : 0)], their number first.
+  void bucket_by_expert(View ids, int n, int k, int experts, bool shared, uint32_t tile_tokens, View offsets,
+                        View entries, View positions, View tiles);
 
   // Kernel launches recorded since this backend was made, in all and by kernels::Id (for reports:
   // launches per token; and for the kernel tests: which kernels a case ran).
@@ -146,6 +157,7 @@ class GpuBackend final : public Backend {
   Precision precision_;
   int prefill_min_tokens_ = int(PREFILL_MIN_TOKENS);
   size_t attention_halves_below_ = ATTN_PREFILL_HALVES_BELOW;
+  uint32_t moe_bucket_small_entries_ = MOE_BUCKET_SMALL_ENTRIES;
   std::recursive_mutex mu_;
   bool pending_ = false;                       // work recorded since the last finish
   bool prompt_ = false;                        // the chunk being recorded has prefill_min_tokens or more

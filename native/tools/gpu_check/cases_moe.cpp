@@ -77,22 +77,38 @@ void add_moe_cases(Cases& all) {
           c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
         });
 
-  // The counting sort by expert on its own, against a host counting sort, exactly: bucket offsets, the
-  // entries of each bucket in entry order, each entry's position. "random": k distinct experts per
-  // token, expert 1 never chosen (an empty bucket); "one for all": every token also picks expert 0;
-  // "out of range": some ids are -1 or >= experts (in no bucket, their positions untouched). Sizes
-  // cross the counting blocks (512 entries) raggedly and, at 512 experts, the scan's rounds (4,096).
+  // The counting sort by expert and the tile list on their own, against a host counting sort, exactly:
+  // bucket offsets, the entries of each bucket in entry order, each entry's position, the tiles (and
+  // nothing written past them). "random": k distinct experts per token, expert 1 never chosen (an empty
+  // bucket); "one for all": every token also picks expert 0; "all to one": every entry is the last
+  // expert's; "out of range": some ids are -1 or >= experts (in no bucket, their positions untouched).
+  // Each shape runs as the four launches and as the host picks (moe_bucket_small up to
+  // MOE_BUCKET_SMALL_ENTRIES entries and MOE_BUCKET_SMALL_EXPERTS experts). Sizes cross the counting
+  // blocks (512 entries) raggedly, reach the single launch's limit (4,096 entries of 256 experts) and
+  // pass it by one and, at 512 experts, cross the scan's rounds (4,096).
   struct BucketShape {
     int n, k, experts;
     std::string routing;
+    bool shared;
+    uint32_t tile_tokens;
   };
-  for (BucketShape b : {BucketShape{1, 8, 256, "random"}, BucketShape{15, 8, 256, "random"},
-                        BucketShape{16, 8, 256, "one for all"}, BucketShape{65, 8, 256, "random"},
-                        BucketShape{200, 8, 256, "one for all"}, BucketShape{65, 10, 512, "random"},
-                        BucketShape{460, 10, 512, "one for all"}, BucketShape{70, 3, 6, "out of range"},
-                        BucketShape{33, 1, 40, "one for all"}})
+  for (BucketShape b : {BucketShape{1, 8, 256, "random", true, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{15, 8, 256, "random", false, GEMM_TILE_TOKENS},
+                        BucketShape{16, 8, 256, "one for all", true, GEMM_TILE_TOKENS},
+                        BucketShape{65, 8, 256, "random", false, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{200, 8, 256, "one for all", true, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{65, 10, 512, "random", true, GEMM_TILE_TOKENS},
+                        BucketShape{460, 10, 512, "one for all", false, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{70, 3, 6, "out of range", true, GEMM_TILE_TOKENS},
+                        BucketShape{33, 1, 40, "one for all", false, GEMM_TILE_TOKENS},
+                        BucketShape{65, 4, 16, "random", true, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{512, 8, 256, "random", true, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{512, 8, 256, "random", false, GEMM_TILE_TOKENS},
+                        BucketShape{512, 8, 256, "all to one", true, GEMM_TILE_TOKENS},
+                        BucketShape{512, 8, 256, "out of range", false, MOE_SHORT_TILE_TOKENS},
+                        BucketShape{4097, 1, 256, "random", true, MOE_SHORT_TILE_TOKENS}})
     add("moe bucket " + std::to_string(b.experts) + " top-" + std::to_string(b.k) + " n" + std::to_string(b.n) + " " +
-            b.routing,
+            b.routing + (b.shared ? " + shared" : "") + " tiles of " + std::to_string(b.tile_tokens),
         [b](Ctx& c) {
       c.shape = std::to_string(b.n) + " tokens x " + std::to_string(b.k) + " of " + std::to_string(b.experts) + " experts";
       const size_t count = size_t(b.n) * size_t(b.k);
@@ -103,11 +119,11 @@ void add_moe_cases(Cases& all) {
           if (e != 1 && !(b.routing == "one for all" && e == 0)) pool.push_back(e);
         std::shuffle(pool.begin(), pool.end(), c.rng.gen);
         if (b.routing == "one for all") pool.insert(pool.begin() + c.rng.integer(0, b.k - 1), 0);
-        for (int s = 0; s < b.k; ++s) id.push_back(pool[size_t(s)]);
+        for (int s = 0; s < b.k; ++s) id.push_back(b.routing == "all to one" ? b.experts - 1 : pool[size_t(s)]);
       }
       if (b.routing == "out of range")
         for (size_t i = 0; i < count; i += 7) id[i] = i % 2 ? -1 : b.experts + int(i % 5);
-      // The host's counting sort.
+      // The host's counting sort and tile list.
       const int32_t untouched = 0x7fffffff;
       std::vector<int32_t> offsets(size_t(b.experts) + 1, 0), entries(count, untouched), positions(count, untouched);
       for (int32_t e : id)
@@ -116,21 +132,54 @@ void add_moe_cases(Cases& all) {
       std::vector<int32_t> next(offsets.begin(), offsets.end() - 1);
       for (size_t i = 0; i < count; ++i)
         if (id[i] >= 0 && id[i] < b.experts) positions[i] = next[size_t(id[i])]++, entries[size_t(positions[i])] = int32_t(i);
-      Pair ids = c.ints(id), off = c.ints(std::vector<int32_t>(offsets.size(), untouched));
-      Pair ent = c.ints(std::vector<int32_t>(count, untouched)), pos = c.ints(std::vector<int32_t>(count, untouched));
-      c.gpu.bucket_by_expert(View(ids.gpu.get()), b.n, b.k, b.experts, View(off.gpu.get()), View(ent.gpu.get()),
-                             View(pos.gpu.get()));
-      auto expect = [&](const char* what, const Pair& p, const std::vector<int32_t>& want) {
+      const uint32_t T = b.tile_tokens;
+      const size_t most_tiles = (count + T - 1) / T + size_t(b.experts) + (b.shared ? (size_t(b.n) + T - 1) / T : 0);
+      std::vector<int32_t> tiles(1 + most_tiles, untouched);
+      int32_t listed = 0;
+      for (int e = 0; e < b.experts + (b.shared ? 1 : 0); ++e) {
+        const uint32_t rows = e == b.experts ? uint32_t(b.n) : uint32_t(offsets[size_t(e) + 1] - offsets[size_t(e)]);
+        const uint32_t tiles_of_e = (rows + T - 1) / T;
+        for (uint32_t i = 0; i < tiles_of_e; ++i) {
+          const bool half = i + 1 == tiles_of_e && rows - T * i <= T / 2;
+          tiles[size_t(1 + listed++)] = int32_t((uint32_t(e) << 16) | i | (half ? MOE_HALF_TILE : 0u));
+        }
+      }
+      tiles[0] = listed;
+      auto expect = [&](const std::string& what, const Pair& p, const std::vector<int32_t>& want) {
         std::vector<int32_t> got(want.size());
         c.gpu.read(View(p.gpu.get()), got.data(), got.size());
         for (size_t i = 0; i < want.size(); ++i)
           if (got[i] != want[i])
-            throw Failure(std::string(what) + "[" + std::to_string(i) + "]: gpu " + std::to_string(got[i]) + ", expected " +
+            throw Failure(what + "[" + std::to_string(i) + "]: gpu " + std::to_string(got[i]) + ", expected " +
                           std::to_string(want[i]));
       };
-      expect("offsets", off, offsets);
-      expect("entries", ent, entries);
-      expect("positions", pos, positions);
+      struct SmallEntries {  // the default limit back, however the case ends
+        gpu::GpuBackend& gpu;
+        SmallEntries(gpu::GpuBackend& g, uint32_t entries) : gpu(g) { gpu.set_moe_bucket_small_entries(entries); }
+        ~SmallEntries() { gpu.set_moe_bucket_small_entries(MOE_BUCKET_SMALL_ENTRIES); }
+      };
+      const bool small = count <= MOE_BUCKET_SMALL_ENTRIES && uint32_t(b.experts) <= MOE_BUCKET_SMALL_EXPERTS;
+      for (bool four : {true, false}) {
+        SmallEntries limit(c.gpu, four ? 0u : MOE_BUCKET_SMALL_ENTRIES);
+        const std::string how = four || !small ? "four launches: " : "moe_bucket_small: ";
+        Pair ids = c.ints(id), off = c.ints(std::vector<int32_t>(offsets.size(), untouched));
+        Pair ent = c.ints(std::vector<int32_t>(count, untouched)), pos = c.ints(std::vector<int32_t>(count, untouched));
+        Pair til = c.ints(std::vector<int32_t>(tiles.size(), untouched));
+        const uint64_t small_before = c.launches(gpu::kernels::moe_bucket_small::id);
+        const uint64_t four_before = c.launches(gpu::kernels::moe_bucket_count::id);
+        c.gpu.bucket_by_expert(View(ids.gpu.get()), b.n, b.k, b.experts, b.shared, b.tile_tokens, View(off.gpu.get()),
+                               View(ent.gpu.get()), View(pos.gpu.get()), View(til.gpu.get()));
+        const bool ran_small = c.launches(gpu::kernels::moe_bucket_small::id) == small_before + 1;
+        const bool ran_four = c.launches(gpu::kernels::moe_bucket_count::id) == four_before + 1;
+        if (ran_small == ran_four || ran_small != (small && !four))
+          throw Failure(std::to_string(count) + " entries of " + std::to_string(b.experts) + " experts ran " +
+                        (ran_small ? "moe_bucket_small" : ran_four ? "the four launches" : "no bucketing") +
+                        ", expected " + (small && !four ? "moe_bucket_small" : "the four launches"));
+        expect(how + "offsets", off, offsets);
+        expect(how + "entries", ent, entries);
+        expect(how + "positions", pos, positions);
+        expect(how + "tiles", til, tiles);
+      }
     });
 
   // The tiled MoE prefill (counting sort by expert, grouped GEMMs, combine). Tolerance as the tiled

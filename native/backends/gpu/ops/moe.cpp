@@ -96,15 +96,35 @@ static_assert((MOE_BUCKET_PARTS & (MOE_BUCKET_PARTS - 1)) == 0 && MOE_BUCKET_BLO
                   MOE_BUCKET_THREADS >= ROUTER_MAX_EXPERTS,
               "moe_bucket_count: parts of whole uint4s of entries, every expert a thread");
 static_assert(MOE_SCAN_THREADS == 32 * 32, "moe_bucket_scan: 32 simdgroups, their totals scanned by one simdgroup");
+static_assert(MOE_BUCKET_SMALL_THREADS == 32 * 32 && MOE_BUCKET_SMALL_THREADS == 4 * MOE_BUCKET_SMALL_EXPERTS &&
+                  MOE_BUCKET_SMALL_ENTRIES % MOE_BUCKET_SMALL_THREADS == 0 && MOE_BUCKET_SMALL_ENTRIES <= 0xffff &&
+                  MOE_TILE_LIST_PER_THREAD * MOE_BUCKET_SMALL_THREADS >= MOE_BUCKET_SMALL_EXPERTS + 1 &&
+                  MOE_BUCKET_SMALL_EXPERTS * 32 * sizeof(uint16_t) +
+                          (MOE_BUCKET_SMALL_EXPERTS + 1 + 32) * sizeof(uint32_t) <= 32 * 1024,
+              "moe_bucket_small: 32 simdgroups of whole rounds of 32 entries, 4 threads per expert (8 simdgroups' "
+              "ushort counts each), positions in 16 bits, every bucket in the tile list, Metal's 32 KiB of "
+              "threadgroup memory");
 
-void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View offsets, View entries, View positions) {
+void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, bool shared, uint32_t tile_tokens,
+                                  View offsets, View entries, View positions, View tiles) {
   auto lock = enter();
   if (n < 1 || top_k < 1) fail("gpu backend: bucketing ", n, " tokens of ", top_k, " experts each");
   if (experts < 1 || experts > int(ROUTER_MAX_EXPERTS))
     fail("gpu backend: bucketing by ", experts, " experts (the counting sort takes 1 to ", ROUTER_MAX_EXPERTS, ")");
   shader::MoeTiledParams p{};
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.experts = uint32_t(experts);
+  p.shared = shared ? 1u : 0u, p.tile_tokens = tile_tokens;
+  if (ceil_div(p.n, p.tile_tokens) >= MOE_HALF_TILE)  // a bucket's tiles are numbered below the flag
+    fail("gpu backend: a chunk of ", n, " tokens has more tiles per expert than the MoE kernels number");
   const uint32_t entry_count = u32(size_t(n) * size_t(top_k), "entries"), blocks = ceil_div(entry_count, MOE_BUCKET_BLOCK);
+  // Short chunks in one launch: one launch's fixed latency instead of four.
+  if (entry_count <= moe_bucket_small_entries_ && p.experts <= MOE_BUCKET_SMALL_EXPERTS) {
+    namespace bsm = k::moe_bucket_small;
+    Call(*this, bsm::id).buf(bsm::ids, ids).buf(bsm::offsets, offsets).buf(bsm::entries, entries)
+        .buf(bsm::positions, positions).buf(bsm::tiles, tiles).params(bsm::p, p).grid(1)
+        .threads(MOE_BUCKET_SMALL_THREADS).run();
+    return;
+  }
   scratch(moe_bucket_counts_, size_t(experts) * blocks);
   // A thread per expert per part of a block: parts a power of 2, so each part is whole uint4s of entries.
   const uint32_t lanes = (p.experts + 31) / 32 * 32;
@@ -120,6 +140,9 @@ void GpuBackend::bucket_by_expert(View ids, int n, int top_k, int experts, View 
   Call(*this, sc::id).buf(sc::ids, ids).buf(sc::counts, moe_bucket_counts_.get()).buf(sc::entries, entries)
       .buf(sc::positions, positions).params(sc::p, p).grid(ceil_div(entry_count, ELEMENTWISE_THREADS))
       .threads(ELEMENTWISE_THREADS).run();
+  namespace tl = k::moe_tile_list;
+  Call(*this, tl::id).buf(tl::offsets, offsets).buf(tl::tiles, tiles).params(tl::p, p).grid(1)
+      .threads(MOE_TILE_LIST_THREADS).run();
 }
 
 void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const GpuWeight& D, View x, View ids,
@@ -147,9 +170,6 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   scratch(moe_y_, entries * p.hidden);
   scratch(moe_shared_y_, size_t(n) * p.hidden);
 
-  bucket_by_expert(ids, n, top_k, int(p.experts), View(moe_offsets_.get()), View(moe_entries_.get()),
-                   View(moe_positions_.get()));
-
   // The kernels' affine builds when every matrix is MLX 4- or 8-bit (fewer registers: more threadgroups
   // per SM); the same bindings either way.
   auto affine = [](const auto& d) { return d.format == WEIGHT_Q4 || d.format == WEIGHT_Q8; };
@@ -173,14 +193,11 @@ void GpuBackend::moe_experts_tiled(const GpuWeight& G, const GpuWeight& U, const
   const uint32_t down_rows = q4_tiles ? Q4_TILE_ROWS : GEMM_TILE_ROWS;
   // The buckets' tiles listed on the device; the launches cover the most a routing can give.
   p.tile_tokens = short_tiles ? MOE_SHORT_TILE_TOKENS : GEMM_TILE_TOKENS;
-  if (ceil_div(p.n, p.tile_tokens) >= MOE_HALF_TILE)  // a bucket's tiles are numbered below the flag
-    fail("gpu backend: a chunk of ", n, " tokens has more tiles per expert than the MoE kernels number");
   const uint32_t max_tiles =
       ceil_div(size_t(p.n) * p.k, p.tile_tokens) + p.experts + (p.shared ? ceil_div(p.n, p.tile_tokens) : 0);
   scratch(moe_tiles_, size_t(max_tiles) + 1);
-  namespace tl = k::moe_tile_list;
-  Call(*this, tl::id).buf(tl::offsets, moe_offsets_.get()).buf(tl::tiles, moe_tiles_.get()).params(tl::p, p).grid(1)
-      .threads(MOE_TILE_LIST_THREADS).run();
+  bucket_by_expert(ids, n, top_k, int(p.experts), p.shared != 0u, p.tile_tokens, View(moe_offsets_.get()),
+                   View(moe_entries_.get()), View(moe_positions_.get()), View(moe_tiles_.get()));
   namespace gu = k::moe_gate_up_tiled;
   Call(*this, gate_up_id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get())
