@@ -11,7 +11,8 @@
 // in flight.
 //
 // A prompt chunk's dispatches (Dispatch::prompt) are launched as they come, after the graph of whatever
-// was recorded before them: their kernels are long enough to hide the next launch.
+// was recorded before them: the host makes each launch while the previous kernel runs, where a graph
+// would first have the host update most of its nodes.
 //
 // Programmatic dependent launch (compute capability 9.0 and later): each kernel may be launched while
 // the previous one still runs; its blocks wait at entry (msl_cuda::await_previous_kernel) until that
