@@ -83,13 +83,60 @@ inline float word_dot(bool q4, uint v, float a, float b, float c, float d, float
 // is used (loads in flight are what a GEMV needs; bench/gpu/gemv-variants.cu measured the choices),
 // and the x values of a word serve all the rows. A quantized word lies inside one group (group sizes
 // are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. `vec`: x is 16-byte aligned.
+// rows_dot for MLX affine weights (4-bit when Q4, else 8-bit) with bf16 scales and biases and 16-byte
+// aligned x, the checkpoints' form: the same products and sums in the same order, with the rows'
+// addresses taken once and no format or scale-type switches per word (the GEMV is bound by instruction
+// issue: fewer instructions per weight are what makes it faster).
+template <bool Q4>
+inline void rows_dot_affine_bf16(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
+                                 device const uchar* biases, uint row0, uint count, device const float* x, uint lane,
+                                 uint part, uint parts, thread float* acc) {
+  const uint words = w.row_bytes / 4u, step = 32u * parts;
+  device const uint* q_row[GEMV_ROWS];
+  device const ushort* s_row[GEMV_ROWS];
+  device const ushort* b_row[GEMV_ROWS];
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const ulong row = ulong(row0 + min(r, count - 1u));
+    q_row[r] = (device const uint*)(data + row * w.row_bytes);
+    s_row[r] = (device const ushort*)(scales + row * w.scale_row_bytes);
+    b_row[r] = (device const ushort*)(biases + row * w.scale_row_bytes);
+  }
+  device const float4* x4 = (device const float4*)x;
+  for (uint w0 = 32u * part + lane; w0 < words; w0 += step * GEMV_UNROLL) {
+    uint q[GEMV_UNROLL][GEMV_ROWS];
+    float sc[GEMV_UNROLL][GEMV_ROWS], bi[GEMV_UNROLL][GEMV_ROWS];
+    for (uint u = 0; u < GEMV_UNROLL; ++u) {
+      const uint wi = min(w0 + step * u, words - 1u), group = wi >> w.group_shift;
+      for (uint r = 0; r < GEMV_ROWS; ++r) {
+        q[u][r] = q_row[r][wi];
+        sc[u][r] = bf16_bits_to_float(s_row[r][group]);
+        bi[u][r] = bf16_bits_to_float(b_row[r][group]);
+      }
+    }
+    for (uint u = 0; u < GEMV_UNROLL; ++u) {
+      const uint wi = min(w0 + step * u, words - 1u);
+      const bool in = w0 + step * u < words;
+      const float4 lo = x4[Q4 ? 2u * wi : wi], hi = x4[Q4 ? 2u * wi + 1u : wi];  // Q8: a harmless reload
+      const float xs = Q4 ? ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w)) : (lo.x + lo.y) + (lo.z + lo.w);
+      for (uint r = 0; r < GEMV_ROWS; ++r) {
+        const float qx = word_dot(Q4, q[u][r], lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+        acc[r] += in ? sc[u][r] * qx + bi[u][r] * xs : 0.0f;
+      }
+    }
+  }
+}
+
 inline void rows_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
                      device const uchar* biases, uint row0, uint count, device const float* x, bool vec, uint lane,
                      uint part, uint parts, thread float* acc) {
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   const uint words = w.row_bytes / 4u;
   const bool q4 = w.format == WEIGHT_Q4;
-  if (q4 || w.format == WEIGHT_Q8) {
+  if (vec && w.scale_type == SCALE_BF16 && q4) {
+    rows_dot_affine_bf16<true>(w, data, scales, biases, row0, count, x, lane, part, parts, acc);
+  } else if (vec && w.scale_type == SCALE_BF16 && w.format == WEIGHT_Q8) {
+    rows_dot_affine_bf16<false>(w, data, scales, biases, row0, count, x, lane, part, parts, acc);
+  } else if (q4 || w.format == WEIGHT_Q8) {
     const uint per_word = q4 ? 8u : 4u;
     for (uint w0 = 32u * part + lane; w0 < words; w0 += 32u * parts * GEMV_UNROLL) {
       // Loads first, all unconditional (clamped to the last word and the last row; what they add is

@@ -141,6 +141,7 @@ using namespace metal;
                      uint threads [[threads_per_threadgroup]]) {
   threadgroup uint slot_expert[ROUTER_MAX_K];
   threadgroup float slot_weight[ROUTER_MAX_K];
+  threadgroup uint slot_row[ROUTER_MAX_K];  // the slot's expert's first row in the stack
   threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
   const uint parts = p.split, part = sg % parts;
   const uint row0 = (group.x * (GEMV_SIMDGROUPS / parts) + sg / parts) * GEMV_ROWS;
@@ -148,6 +149,7 @@ using namespace metal;
   for (uint s = tid; s < p.k; s += threads) {
     slot_expert[s] = uint(ids[ulong(t) * p.k + s]);
     slot_weight[s] = weights[ulong(t) * p.k + s];
+    slot_row[s] = slot_expert[s] * p.down.rows;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const bool live = row0 < p.hidden;
@@ -156,7 +158,36 @@ using namespace metal;
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   device const float* ht = h + ulong(t) * p.k * p.inter;
   const bool q4 = p.down.format == WEIGHT_Q4;
-  if (live && (q4 || p.down.format == WEIGHT_Q8)) {
+  if (live && q4 && p.down.scale_type == SCALE_BF16 && p.h_vec4 != 0u && p.down_word_shift != MOE_DOWN_WORDS_ANY) {
+    // MLX 4-bit experts with bf16 scales and biases (the checkpoints' form), the loop below without its
+    // per-word switches: a word's slot by a shift, each row's address from the slot's first row.
+    const uint words = 1u << p.down_word_shift, total = words * p.k, step = 32u * parts;
+    device const float4* h4 = (device const float4*)ht;
+    for (uint w0 = 32u * part + lane; w0 < total; w0 += step * MOE_DOWN_UNROLL) {
+      uint q[MOE_DOWN_UNROLL][GEMV_ROWS];
+      float sc[MOE_DOWN_UNROLL][GEMV_ROWS], bi[MOE_DOWN_UNROLL][GEMV_ROWS], ws[MOE_DOWN_UNROLL];
+      for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {  // unconditional (clamped) loads first
+        const uint vw = min(w0 + step * u, total - 1u), s = vw >> p.down_word_shift, wi = vw & (words - 1u);
+        const uint first = slot_row[s] + row0, group = wi >> p.down.group_shift;
+        ws[u] = w0 + step * u < total ? slot_weight[s] : 0.0f;
+        for (uint r = 0; r < GEMV_ROWS; ++r) {
+          const ulong row = ulong(first + min(r, count - 1u));
+          q[u][r] = ((device const uint*)(dw + row * p.down.row_bytes))[wi];
+          sc[u][r] = bf16_bits_to_float(((device const ushort*)(ds + row * p.down.scale_row_bytes))[group]);
+          bi[u][r] = bf16_bits_to_float(((device const ushort*)(db + row * p.down.scale_row_bytes))[group]);
+        }
+      }
+      for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {
+        const uint vw = min(w0 + step * u, total - 1u);
+        const float4 lo = h4[2u * vw], hi = h4[2u * vw + 1u];
+        const float xs = ((lo.x + lo.y) + (lo.z + lo.w)) + ((hi.x + hi.y) + (hi.z + hi.w));
+        for (uint r = 0; r < GEMV_ROWS; ++r) {
+          const float qx = word_dot(true, q[u][r], lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+          acc[r] += ws[u] * (sc[u][r] * qx + bi[u][r] * xs);  // ws is 0 past the end
+        }
+      }
+    }
+  } else if (live && (q4 || p.down.format == WEIGHT_Q8)) {
     const uint per_word = q4 ? 8u : 4u, words = p.down.row_bytes / 4u, total = words * p.k, step = 32u * parts;
     for (uint w0 = 32u * part + lane; w0 < total; w0 += step * MOE_DOWN_UNROLL) {
       uint q[MOE_DOWN_UNROLL][GEMV_ROWS];

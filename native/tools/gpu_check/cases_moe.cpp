@@ -46,13 +46,16 @@ void add_moe_cases(Cases& all) {
     });
 
   // Wide: long expert rows, so that moe_down splits its blocks over several simdgroups (split-K).
+  // Uneven: down rows of 12 words, not a power of two (moe_down's general loop for 4-bit experts).
   for (std::string fmt : {"q4", "q8", "bf16"})
     for (int n : {1, 3})
-      for (int variant : {0, 1, 2})  // 0: routed only, 1: with the shared expert, 2: wide, with the shared expert
-        add("moe_experts " + fmt + " n" + std::to_string(n) + (variant ? " + shared" : "") + (variant == 2 ? " wide" : ""),
+      for (int variant : {0, 1, 2, 3})  // 0: routed only, 1: + the shared expert, 2: wide, 3: uneven, both + shared
+        add("moe_experts " + fmt + " n" + std::to_string(n) + (variant ? " + shared" : "") + (variant == 2 ? " wide" : "") +
+                (variant == 3 ? " uneven" : ""),
             [fmt, n, variant](Ctx& c) {
           const bool with_shared = variant > 0, wide = variant == 2;
-          const int E = wide ? 5 : 6, H = wide ? 64 : 128, I = wide ? 1024 : 64, K = wide ? 4 : 3, SI = wide ? 512 : 96;
+          const int E = wide ? 5 : 6, H = wide ? 64 : 128, I = wide ? 1024 : variant == 3 ? 192 : 64, K = wide ? 4 : 3,
+                    SI = wide ? 512 : 96;
           c.shape = std::to_string(E) + " experts " + std::to_string(H) + "x" + std::to_string(I) + " top-" + std::to_string(K) +
                     (with_shared ? ", shared expert " + std::to_string(SI) + " scaled 0.7" : "");
           HostWeight g(c.rng, fmt, I, H, E), u(c.rng, fmt, I, H, E), d(c.rng, fmt, H, I, E, fmt == "q8" ? 32 : 64);
