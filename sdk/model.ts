@@ -49,7 +49,7 @@ export interface LoadOptions {
   prefillChunk?: number;
   /** GPU backends at precision "fp16": calls of at least this many tokens run on the tiled (matrix-unit)
    * prompt kernels, shorter ones on the exact decode kernels. Default: the measured crossover,
-   * PREFILL_MIN_TOKENS (64); set it to run short prompts on the tiled kernels too. */
+   * PREFILL_MIN_TOKENS (4); set it to keep short prompts on the exact kernels, or 1 to tile every call. */
   prefillMinTokens?: number;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;

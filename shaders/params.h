@@ -44,10 +44,10 @@
 // Prefill: a call of at least PREFILL_MIN_TOKENS tokens runs on the tiled kernels (matrix units, fp16
 // operands, fp32 accumulation) when the backend's precision is fp16; shorter calls (decode) on the
 // GEMV-class kernels above. The crossover measured on the H200 (`moelens-gpu-bench prefill`, full shape):
-// tiled against the decode kernels 0.72x at 32 tokens, 1.06x at 64, 1.72x at 128. GpuBackend takes
-// another threshold at load (prefill_min_tokens; the SDK's prefillMinTokens).
+// tiled against the decode kernels 0.73x at 1 token, 0.92x at 2, 1.18x at 4, 1.73x at 8, 2.39x at 16.
+// GpuBackend takes another threshold at load (prefill_min_tokens; the SDK's prefillMinTokens).
 #ifndef PREFILL_MIN_TOKENS
-#define PREFILL_MIN_TOKENS 64u
+#define PREFILL_MIN_TOKENS 4u
 #endif
 // Tokens per forward chunk of a long prompt on the GPU (scratch memory grows with it).
 #ifndef PREFILL_CHUNK

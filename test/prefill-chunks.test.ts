@@ -1,7 +1,7 @@
 // Long prompts run in chunks of `prefillChunk` tokens (the backend's default, or the load option): the
 // result must not depend on where the chunks end, on the CPU backend and on the GPU backend's kernels
 // (the emulator), including a ragged last chunk and, in fp16, chunks on both sides of the tiled
-// kernels' threshold. With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
+// kernels' threshold and tiled chunks of a few tokens. With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
 import { describe, expect, test } from "vitest";
 import { load, type BackendName } from "moelens";
 import { native } from "../sdk/native";
@@ -73,6 +73,25 @@ describe("prefill in chunks", () => {
     expect(agree / ids.length).toBeGreaterThanOrEqual(0.995);
     expect(argmax(gpu.next)).toBe(argmax(cpu.next));
   });
+
+  test(`the GPU kernels in fp16 (${gpuName}) choose the CPU's top-1 on tiled chunks of a few tokens`, async () => {
+    const cpu = await logits("cpu", {}, ids);
+    const agreement = (gpu: { all: Float32Array }, n: number) => {
+      let agree = 0;
+      for (let t = 0; t < n; t++)
+        if (argmax(cpu.all.subarray(t * cpu.vocab, (t + 1) * cpu.vocab)) === argmax(gpu.all.subarray(t * cpu.vocab, (t + 1) * cpu.vocab))) agree++;
+      return agree / n;
+    };
+    // The default threshold (PREFILL_MIN_TOKENS: 4 tokens): chunks of 7, the last one of 4, all tiled.
+    const sevens = await logits(gpuName, { precision: "fp16", prefillChunk: 7 }, ids);
+    const exact = await logits(gpuName, { precision: "fp32", prefillChunk: 7 }, ids);
+    expect(maxRowDiff(sevens.all, exact.all, exact.vocab)).toBeGreaterThan(1e-4);  // not the exact kernels
+    expect(agreement(sevens, ids.length)).toBeGreaterThanOrEqual(0.995);
+    expect(argmax(sevens.next)).toBe(argmax(cpu.next));
+    // Every call tiled, one token at a time.
+    const ones = await logits(gpuName, { precision: "fp16", prefillChunk: 1, prefillMinTokens: 1 }, ids.slice(0, 12));
+    expect(agreement(ones, 12)).toBe(1);
+  }, 120_000);
 
   test(`an fp16 prompt's logits of every row come from an exact lm_head (${gpuName})`, async () => {
     const model = await load(t1.modelDir, { backend: gpuName, threads: 1, fresh: true, precision: "fp16", prefillMinTokens: TILED_FROM });

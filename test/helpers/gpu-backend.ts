@@ -30,9 +30,9 @@ export function gpuBackend(suiteDefault: BackendName): BackendName {
 }
 
 /**
- * The prefillMinTokens the prompt-path suites load their GPU models with: the fixtures' prompts are
- * short (the emulator runs every GPU thread on the CPU), so the tiled kernels run from 16 tokens rather
- * than from the default threshold (PREFILL_MIN_TOKENS, measured for the full-shape model).
+ * The prefillMinTokens the prompt-path suites load their GPU models with: the tiled kernels from 16
+ * tokens, as the kernel cases (moelens-gpu-check) run them, rather than from the default threshold
+ * (PREFILL_MIN_TOKENS, measured for the full-shape model).
  */
 export const TILED_FROM = 16;
 

@@ -50,9 +50,10 @@ struct Pair {
   std::unique_ptr<Buffer> cpu, gpu;
 };
 
-// The threshold of the tiled kernels in these cases (GpuBackend::set_prefill_min_tokens): below the
-// model's PREFILL_MIN_TOKENS, so that chunks on both sides of it stay small shapes (the emulator runs every
-// GPU thread on the CPU).
+// The threshold of the tiled kernels in these cases (GpuBackend::set_prefill_min_tokens): 16 tokens, so
+// that the per-token kernels keep cases of several tokens and chunks on both sides of it stay small
+// shapes (the emulator runs every GPU thread on the CPU); the model's own threshold, PREFILL_MIN_TOKENS,
+// is lower, and shorter tiled chunks are checked through the SDK (test/prefill-chunks.test.ts).
 constexpr int CHECK_TILED_FROM = 16;
 
 struct Ctx {
