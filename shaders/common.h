@@ -75,18 +75,10 @@ inline float word_dot(bool q4, uint v, float a, float b, float c, float d, float
             : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c + unpack(v, 24u, 255u) * d;
 }
 
-// acc[r] = this simdgroup's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one
-// matrix or expert, `data`, `scales` and `biases` pointing at it); the caller sums the lanes
-// (simd_sum) and, when `parts` simdgroups share the rows (split-K), the parts. Lane l of part p takes
-// 4-byte words 32p + l, then 32·parts further, of every row, so each row load of the simdgroup is
-// 128 contiguous bytes; GEMV_UNROLL words per row are loaded before any
-// is used (loads in flight are what a GEMV needs; bench/gpu/gemv-variants.cu measured the choices),
-// and the x values of a word serve all the rows. A quantized word lies inside one group (group sizes
-// are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. `vec`: x is 16-byte aligned.
-// rows_dot for MLX affine weights (4-bit when Q4, else 8-bit) with bf16 scales and biases and 16-byte
-// aligned x, the checkpoints' form: the same products and sums in the same order, with the rows'
-// addresses taken once and no format or scale-type switches per word (the GEMV is bound by instruction
-// issue: fewer instructions per weight are what makes it faster).
+// rows_dot (below) for MLX affine weights (4-bit when Q4, else 8-bit) with bf16 scales and biases and
+// 16-byte aligned x, the checkpoints' form: the same products and sums in the same order, with the
+// rows' addresses taken once and no format or scale-type switches per word (the GEMV is bound by
+// instruction issue: fewer instructions per weight are what makes it faster).
 template <bool Q4>
 inline void rows_dot_affine_bf16(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
                                  device const uchar* biases, uint row0, uint count, device const float* x, uint lane,
@@ -126,6 +118,14 @@ inline void rows_dot_affine_bf16(constant WeightDesc& w, device const uchar* dat
   }
 }
 
+// acc[r] = this simdgroup's share of W[row0 + r] · x, for r < count (at most GEMV_ROWS rows of one
+// matrix or expert, `data`, `scales` and `biases` pointing at it); the caller sums the lanes
+// (simd_sum) and, when `parts` simdgroups share the rows (split-K), the parts. Lane l of part p takes
+// 4-byte words 32p + l, then 32·parts further, of every row, so each row load of the simdgroup is
+// 128 contiguous bytes; GEMV_UNROLL words per row are loaded before any
+// is used (loads in flight are what a GEMV needs; bench/gpu/gemv-variants.cu measured the choices),
+// and the x values of a word serve all the rows. A quantized word lies inside one group (group sizes
+// are multiples of 32), so it costs scale·Σq·x + bias·Σx, as MLX's qdot does. `vec`: x is 16-byte aligned.
 inline void rows_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
                      device const uchar* biases, uint row0, uint count, device const float* x, bool vec, uint lane,
                      uint part, uint parts, thread float* acc) {

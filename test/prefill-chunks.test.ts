@@ -1,7 +1,8 @@
 // Long prompts run in chunks of `prefillChunk` tokens (the backend's default, or the load option): the
 // result must not depend on where the chunks end, on the CPU backend and on the GPU backend's kernels
 // (the emulator), including a ragged last chunk and, in fp16, chunks on both sides of the tiled
-// kernels' threshold and tiled chunks of a few tokens. With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the GPU side runs on that backend.
+// kernels' threshold and tiled chunks of a few tokens. With MOELENS_TEST_GPU_BACKEND (e.g. "cuda") the
+// GPU side runs on that backend.
 import { describe, expect, test } from "vitest";
 import { load, type BackendName } from "moelens";
 import { native } from "../sdk/native";

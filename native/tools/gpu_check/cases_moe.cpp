@@ -46,7 +46,7 @@ void add_moe_cases(Cases& all) {
     });
 
   // Wide: long expert rows, so that moe_down splits its blocks over several simdgroups (split-K).
-  // Uneven: down rows of 12 words, not a power of two (moe_down's general loop for 4-bit experts).
+  // Uneven: down rows of 24 words, not a power of two (moe_down's general loop for 4-bit experts).
   for (std::string fmt : {"q4", "q8", "bf16"})
     for (int n : {1, 3})
       for (int variant : {0, 1, 2, 3})  // 0: routed only, 1: + the shared expert, 2: wide, 3: uneven, both + shared
