@@ -158,16 +158,16 @@ using namespace metal;
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   device const float* ht = h + ulong(t) * p.k * p.inter;
   const bool q4 = p.down.format == WEIGHT_Q4;
-  if (live && q4 && p.down.scale_type == SCALE_BF16 && p.h_vec4 != 0u && p.down_word_shift != MOE_DOWN_WORDS_ANY) {
+  if (live && q4 && p.down.scale_type == SCALE_BF16 && p.h_vec4 != 0u && p.down.row_word_shift != ROW_WORDS_ANY) {
     // MLX 4-bit experts with bf16 scales and biases (the checkpoints' form), the loop below without its
     // per-word switches: a word's slot by a shift, each row's address from the slot's first row.
-    const uint words = 1u << p.down_word_shift, total = words * p.k, step = 32u * parts;
+    const uint words = 1u << p.down.row_word_shift, total = words * p.k, step = 32u * parts;
     device const float4* h4 = (device const float4*)ht;
     for (uint w0 = 32u * part + lane; w0 < total; w0 += step * MOE_DOWN_UNROLL) {
       uint q[MOE_DOWN_UNROLL][GEMV_ROWS];
       float sc[MOE_DOWN_UNROLL][GEMV_ROWS], bi[MOE_DOWN_UNROLL][GEMV_ROWS], ws[MOE_DOWN_UNROLL];
       for (uint u = 0; u < MOE_DOWN_UNROLL; ++u) {  // unconditional (clamped) loads first
-        const uint vw = min(w0 + step * u, total - 1u), s = vw >> p.down_word_shift, wi = vw & (words - 1u);
+        const uint vw = min(w0 + step * u, total - 1u), s = vw >> p.down.row_word_shift, wi = vw & (words - 1u);
         const uint first = slot_row[s] + row0, group = wi >> p.down.group_shift;
         ws[u] = w0 + step * u < total ? slot_weight[s] : 0.0f;
         for (uint r = 0; r < GEMV_ROWS; ++r) {

@@ -180,7 +180,9 @@ struct WeightDesc {
   uint rows;
   uint cols;
   uint group_shift;  // quantized: log2(4-byte words per group), so that a word's group is word >> group_shift
+  uint row_word_shift;  // log2(4-byte words per row) when that is a power of two, else ROW_WORDS_ANY
 };
+#define ROW_WORDS_ANY 0xffffffffu
 
 #define GEMV_MAX_JOBS 4u
 
@@ -252,9 +254,7 @@ struct MoeParams {
   float shared_scale;
   uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
   uint split;    // moe_down: simdgroups per block of output rows
-  uint down_word_shift;  // log2 of the down rows' 4-byte words when a power of two, else MOE_DOWN_WORDS_ANY
 };
-#define MOE_DOWN_WORDS_ANY 0xffffffffu
 
 // MoE prefill's counting sort (moe_bucket_count, _scan, _scatter): entries counted and ranked in blocks
 // of MOE_BUCKET_BLOCK (a thread per expert walks each of up to MOE_BUCKET_PARTS parts of a block, at

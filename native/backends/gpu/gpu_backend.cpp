@@ -107,6 +107,10 @@ std::unique_ptr<Weight> GpuBackend::upload(const LinearWeight& w) {
   d.row_bytes = u32(w.row_bytes(), "row bytes");
   if (d.row_bytes % 16 != 0)
     fail(w.name, ": rows of ", d.row_bytes, " bytes; the GPU kernels read rows in 16-byte chunks");
+  const uint32_t row_words = d.row_bytes / 4;
+  d.row_word_shift = ROW_WORDS_ANY;
+  if ((row_words & (row_words - 1)) == 0)
+    for (d.row_word_shift = 0; (1u << d.row_word_shift) < row_words;) ++d.row_word_shift;
   if (w.quantized()) {
     if (w.bits != 4 && w.bits != 8) fail(w.name, ": ", w.bits, "-bit weights; the GPU kernels take 4 and 8 bits");
     const int chunk = w.bits == 4 ? 32 : 16;  // weights per 16-byte chunk: one chunk must lie in one group

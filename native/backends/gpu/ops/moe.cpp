@@ -34,10 +34,6 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.hidden = G.desc.cols, p.inter = G.desc.rows;
   p.x_vec4 = x.offset % 4 == 0 && G.desc.cols % 4 == 0 ? 1u : 0u;
   p.h_vec4 = G.desc.rows % 4 == 0 ? 1u : 0u;
-  const uint32_t down_words = D.desc.row_bytes / 4;
-  p.down_word_shift = MOE_DOWN_WORDS_ANY;
-  for (uint32_t shift = 0; shift < 32; ++shift)
-    if (down_words == 1u << shift) p.down_word_shift = shift;
   const GpuWeight *SG = nullptr, *SU = nullptr, *SD = nullptr;
   if (shared.gate) {
     SG = &static_cast<const GpuWeight&>(*shared.gate);
