@@ -28,9 +28,10 @@ export type BackendName = "cpu" | "emulator" | "metal" | "cuda";
  * are fp32 in every mode.
  *
  * The GPU backends: "fp32" (default): every call on the exact kernels, within 1e-4 of the CPU backend's
- * logits. "fp16": prompt chunks on the tiled matrix kernels (fp16 operands, fp32 accumulation; decode
- * keeps the exact kernels), several times faster at long prompts, reduced precision. See docs/metal.md,
- * "Precision". */
+ * logits. "fp16": prompt chunks on the tiled matrix kernels (fp16 operands, fp32 accumulation), several
+ * times faster at long prompts, and decode's 4-bit projections and experts' gate/up on activations
+ * quantized to int16 in blocks of 32 (the CPU's "int16" rounding, integer products); reduced precision.
+ * See docs/metal.md, "Precision" and "Decode in int16". */
 export const precisions = ["fp32", "fp16", "int24", "int16", "int8"] as const;
 export type Precision = (typeof precisions)[number];
 
@@ -42,14 +43,15 @@ export interface LoadOptions {
   emulator?: boolean;
   /** CPU threads (default: all cores, or 1 for checkpoints under 64 MB, where handing rows to other threads costs more than it saves). */
   threads?: number;
-  /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp32" (default, exact) or "fp16" (fast prompts, reduced precision). */
+  /** Matmul precision (see `precisions`): cpu "fp32" (default, exact), "int24", "int16", "int8"; gpu "fp32" (default, exact) or "fp16" (fast prompts and decode, reduced precision). */
   precision?: Precision;
   /** Tokens per forward chunk of a long prompt (default: 512 on the CPU, 4,096 on a GPU): scratch memory
    * grows with it, and a GPU reads each expert's weights once per chunk. Results do not depend on it. */
   prefillChunk?: number;
   /** GPU backends at precision "fp16": calls of at least this many tokens run on the tiled (matrix-unit)
-   * prompt kernels, shorter ones on the exact decode kernels. Default: the measured crossover,
-   * PREFILL_MIN_TOKENS (4); set it to keep short prompts on the exact kernels, or 1 to tile every call. */
+   * prompt kernels, shorter ones on the decode kernels (int16 activations for 4-bit weights). Default:
+   * the measured crossover, PREFILL_MIN_TOKENS (4); set it higher to keep short prompts on the decode
+   * kernels, or 1 to tile every call. */
   prefillMinTokens?: number;
   /** Load again even if this process already holds the model (e.g. after its files changed). */
   fresh?: boolean;

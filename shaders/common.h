@@ -188,6 +188,102 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
   }
 }
 
+// Blocks of rows quantised to int16 (shaders/params.h, INT16_BLOCK), from one value per lane of the
+// simdgroup for each of N blocks (every lane calls it; v[b] is this lane's value of block block[b], stored
+// where live[b]): d = max|v| / INT16_QMAX, q = round(v / d), half to even, within ±INT16_QMAX (NaN, and
+// every q of an all-zero block, 0). q is stored per 8-column word as [q0|q2] [q4|q6] [q1|q3] [q5|q7]
+// (word_dot_int16's order) in xq, and (d, d · Σq) as the pair de[2 block], de[2 block + 1]. The N
+// blocks' reductions are independent, so their shuffles and divisions overlap.
+template <uint N>
+inline void store_blocks_int16(thread const float* v, thread const bool* live, thread const ulong* block,
+                               device ushort* xq, device float* de, uint lane) {
+  float d[N];
+  int q[N], sum[N];
+  for (uint b = 0; b < N; ++b) d[b] = simd_max(abs(v[b])) / INT16_QMAX;
+  for (uint b = 0; b < N; ++b) {
+    const float r = d[b] > 0.0f ? rint(precise::divide(v[b], d[b])) : 0.0f;
+    q[b] = r == r ? int(clamp(r, -INT16_QMAX, INT16_QMAX)) : 0;
+  }
+  for (uint b = 0; b < N; ++b) sum[b] = simd_sum(q[b]);
+  const uint k = lane % 8u, at = 8u * (lane / 8u) + 4u * (k % 2u) + k / 2u;
+  for (uint b = 0; b < N; ++b) {
+    if (!live[b]) continue;
+    xq[INT16_BLOCK * block[b] + at] = as_type<ushort>(short(q[b]));
+    if (lane == 0u) {
+      de[2u * block[b]] = d[b];
+      de[2u * block[b] + 1u] = d[b] * float(sum[b]);
+    }
+  }
+}
+
+// Σ q_k · x_k + acc over the 8 columns of a 4-bit word q (column k in nibble k) and their int16
+// activations x as quantize_int16 stores them: [x0|x2] [x4|x6] [x1|x3] [x5|x7], each pair the low half
+// first. The low nibbles masked to bytes (columns 0, 2, 4, 6) meet x.x and x.y, the high ones x.z and x.w:
+// with CUDA four dp2a instructions, elsewhere the same sums in plain integer arithmetic (exact either way).
+inline int word_dot_int16(uint q, uint4 x, int acc) {
+  const uint lo = q & 0x0F0F0F0Fu, hi = (q >> 4u) & 0x0F0F0F0Fu;
+#if defined(MSL_TARGET_CUDA)
+  acc = __dp2a_lo(int(x.x), int(lo), acc);
+  acc = __dp2a_hi(int(x.y), int(lo), acc);
+  acc = __dp2a_lo(int(x.z), int(hi), acc);
+  return __dp2a_hi(int(x.w), int(hi), acc);
+#else
+  const uint xs[4] = {x.x, x.y, x.z, x.w};
+  for (uint i = 0; i < 4u; ++i) {
+    const uint w = i < 2u ? lo : hi, b = 16u * (i % 2u);
+    acc += int(as_type<short>(ushort(xs[i] & 0xffffu))) * int((w >> b) & 0xffu) +
+           int(as_type<short>(ushort(xs[i] >> 16u))) * int((w >> (b + 8u)) & 0xffu);
+  }
+  return acc;
+#endif
+}
+
+// acc[r] = this simdgroup's share of W[row0 + r] · x̂ for r < count, as rows_dot, for 4-bit rows with bf16
+// scales and biases (groups of 32 columns or more) and x̂ = d·q, one row of quantize_int16's output: `xq`
+// its int16 words (4 uint4 per block of INT16_BLOCK columns) and `de` each block's (d, d · Σq). Lane l
+// of part p takes blocks 32p + l, then 32·parts further: 16 bytes of each row, an integer sum over the
+// block, then scale · d · Σq·w + bias · d · Σq, the CPU backend's int16 arithmetic (int8.h) in another
+// order of the fp32 sums.
+inline void rows_dot_int16(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
+                           device const uchar* biases, uint row0, uint count, device const uint4* xq,
+                           device const float2* de, uint lane, uint part, uint parts, thread float* acc) {
+  for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
+  const uint blocks = w.cols / INT16_BLOCK, step = 32u * parts;
+  device const uint4* q_row[GEMV_ROWS];
+  device const ushort* s_row[GEMV_ROWS];
+  device const ushort* b_row[GEMV_ROWS];
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const ulong row = ulong(row0 + min(r, count - 1u));
+    q_row[r] = (device const uint4*)(data + row * w.row_bytes);
+    s_row[r] = (device const ushort*)(scales + row * w.scale_row_bytes);
+    b_row[r] = (device const ushort*)(biases + row * w.scale_row_bytes);
+  }
+  for (uint j0 = 32u * part + lane; j0 < blocks; j0 += step * GEMV_UNROLL) {
+    uint4 q[GEMV_UNROLL][GEMV_ROWS];
+    float sc[GEMV_UNROLL][GEMV_ROWS], bi[GEMV_UNROLL][GEMV_ROWS];
+    for (uint u = 0; u < GEMV_UNROLL; ++u) {  // loads first, clamped to the last block (masked below)
+      const uint j = min(j0 + step * u, blocks - 1u), group = (4u * j) >> w.group_shift;
+      for (uint r = 0; r < GEMV_ROWS; ++r) {
+        const uint4 words = q_row[r][j];  // (the strict address-space build copies device vectors by construction)
+        q[u][r] = words;
+        sc[u][r] = bf16_bits_to_float(s_row[r][group]);
+        bi[u][r] = bf16_bits_to_float(b_row[r][group]);
+      }
+    }
+    for (uint u = 0; u < GEMV_UNROLL; ++u) {
+      const uint j = min(j0 + step * u, blocks - 1u);
+      const bool in = j0 + step * u < blocks;
+      const uint4 x0 = xq[4u * j], x1 = xq[4u * j + 1u], x2 = xq[4u * j + 2u], x3 = xq[4u * j + 3u];
+      const float2 e = de[j];
+      for (uint r = 0; r < GEMV_ROWS; ++r) {
+        const int dot = word_dot_int16(q[u][r].w, x3, word_dot_int16(q[u][r].z, x2,
+                        word_dot_int16(q[u][r].y, x1, word_dot_int16(q[u][r].x, x0, 0))));
+        acc[r] += in ? sc[u][r] * (e.x * float(dot)) + bi[u][r] * e.y : 0.0f;
+      }
+    }
+  }
+}
+
 // Split-K: `parts` consecutive simdgroups share a block of GEMV_ROWS rows, each holding its lanes'
 // shares in acc. Returns row `lane`'s total on lanes < GEMV_ROWS of the block's first simdgroup (part
 // 0), through `partial` (GEMV_SIMDGROUPS · GEMV_ROWS floats); 0 elsewhere. It has a barrier: every

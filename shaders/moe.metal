@@ -73,45 +73,56 @@ using namespace metal;
   }
 }
 
+// moe_gate_up's input row: x (vec: 16-byte aligned), or with INT16 its int16 blocks xq, de.
+struct GateUpInput {
+  device const float* x;
+  bool vec;
+  device const uint4* xq;
+  device const float2* de;
+};
+template <bool INT16>
+inline void gate_up_rows_dot(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
+                             device const uchar* biases, uint row0, uint count, thread const GateUpInput& in, uint lane,
+                             thread float* acc) {
+  if (INT16) rows_dot_int16(w, data, scales, biases, row0, count, in.xq, in.de, lane, 0u, 1u, acc);
+  else rows_dot(w, data, scales, biases, row0, count, in.x, in.vec, lane, 0u, 1u, acc);
+}
+
 // h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s], and for s = k (when
-// p.shared) sh[t, r] from the shared expert's gate and up. Simdgroups come in pairs: the even one
-// computes GEMV_ROWS rows of gate, the odd one the same rows of up (their loads in flight at once),
-// and the even one combines them through threadgroup memory;
+// p.shared) sh[t, r] from the shared expert's gate and up; with INT16 (moe_gate_up_int16, the fp16
+// precision's) the products are integer, on x's int16 blocks (xq, de). Simdgroups come in pairs: the
+// even one computes GEMV_ROWS rows of gate, the odd one the same rows of up (their loads in flight at
+// once), and the even one combines them through threadgroup memory;
 // grid (ceil(max(inter, shared_inter) / (GEMV_ROWS · GEMV_SIMDGROUPS / 2)), k + shared, n).
-[[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
-                        device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
-                        device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
-                        device const float* x [[buffer(6)]], device const int* ids [[buffer(7)]],
-                        device float* h [[buffer(8)]], device const uchar* sgw [[buffer(9)]],
-                        device const uchar* sgs [[buffer(10)]], device const uchar* sgb [[buffer(11)]],
-                        device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
-                        device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
-                        constant MoeParams& p [[buffer(16)]],
-                        uint3 group [[threadgroup_position_in_grid]], uint sg [[simdgroup_index_in_threadgroup]],
-                        uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+template <bool INT16>
+inline void moe_gate_up_rows(device const uchar* gw, device const uchar* gs, device const uchar* gb, device const uchar* uw,
+                             device const uchar* us, device const uchar* ub, device const float* x, device const int* ids,
+                             device float* h, device const uchar* sgw, device const uchar* sgs, device const uchar* sgb,
+                             device const uchar* suw, device const uchar* sus, device const uchar* sub, device float* sh,
+                             constant MoeParams& p, device const uint4* xq, device const float2* de, uint3 group, uint sg,
+                             uint lane, threadgroup float* partial) {
   const uint row0 = (group.x * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS;
   const uint s = group.y, t = group.z;
   const bool shared = s == p.k, up = (sg & 1u) != 0u;
   const uint rows = shared ? p.shared_inter : p.inter;
   const bool live = row0 < rows;
   const uint count = live ? min(GEMV_ROWS, rows - row0) : 0u;
-  device const float* xt = x + ulong(t) * p.hidden;
-  const bool vec = p.x_vec4 != 0u;
+  const GateUpInput in{x + ulong(t) * p.hidden, p.x_vec4 != 0u, xq + ulong(t) * (p.hidden / INT16_BLOCK) * 4u,
+                       de + ulong(t) * (p.hidden / INT16_BLOCK)};
   float acc[GEMV_ROWS];
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   if (live) {
     if (shared) {
-      if (up) rows_dot(p.sup, suw, sus, sub, row0, count, xt, vec, lane, 0u, 1u, acc);
-      else rows_dot(p.sgate, sgw, sgs, sgb, row0, count, xt, vec, lane, 0u, 1u, acc);
+      if (up) gate_up_rows_dot<INT16>(p.sup, suw, sus, sub, row0, count, in, lane, acc);
+      else gate_up_rows_dot<INT16>(p.sgate, sgw, sgs, sgb, row0, count, in, lane, acc);
     } else {
       const uint e = uint(ids[ulong(t) * p.k + s]);
       if (up)
-        rows_dot(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e), ub + expert_scale_bytes(p.up, e),
-                 row0, count, xt, vec, lane, 0u, 1u, acc);
+        gate_up_rows_dot<INT16>(p.up, uw + expert_bytes(p.up, e), us + expert_scale_bytes(p.up, e),
+                                ub + expert_scale_bytes(p.up, e), row0, count, in, lane, acc);
       else
-        rows_dot(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
-                 gb + expert_scale_bytes(p.gate, e), row0, count, xt, vec, lane, 0u, 1u, acc);
+        gate_up_rows_dot<INT16>(p.gate, gw + expert_bytes(p.gate, e), gs + expert_scale_bytes(p.gate, e),
+                                gb + expert_scale_bytes(p.gate, e), row0, count, in, lane, acc);
     }
   }
   for (uint r = 0; r < GEMV_ROWS; ++r) {
@@ -121,6 +132,38 @@ using namespace metal;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   device float* dst = shared ? sh + ulong(t) * p.shared_inter : h + (ulong(t) * p.k + s) * p.inter;
   if (!up && lane < count) dst[row0 + lane] = silu(partial[sg * GEMV_ROWS + lane]) * partial[(sg + 1u) * GEMV_ROWS + lane];
+}
+
+[[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                        device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                        device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                        device const float* x [[buffer(6)]], device const int* ids [[buffer(7)]],
+                        device float* h [[buffer(8)]], device const uchar* sgw [[buffer(9)]],
+                        device const uchar* sgs [[buffer(10)]], device const uchar* sgb [[buffer(11)]],
+                        device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
+                        device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
+                        constant MoeParams& p [[buffer(16)]], device const uint4* xq [[buffer(17)]],
+                        device const float2* de [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
+                        uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  moe_gate_up_rows<false>(gw, gs, gb, uw, us, ub, x, ids, h, sgw, sgs, sgb, suw, sus, sub, sh, p, xq, de, group, sg, lane,
+                          partial);
+}
+
+[[max_total_threads_per_threadgroup(GEMV_THREADS)]] kernel void moe_gate_up_int16(device const uchar* gw [[buffer(0)]], device const uchar* gs [[buffer(1)]],
+                        device const uchar* gb [[buffer(2)]], device const uchar* uw [[buffer(3)]],
+                        device const uchar* us [[buffer(4)]], device const uchar* ub [[buffer(5)]],
+                        device const float* x [[buffer(6)]], device const int* ids [[buffer(7)]],
+                        device float* h [[buffer(8)]], device const uchar* sgw [[buffer(9)]],
+                        device const uchar* sgs [[buffer(10)]], device const uchar* sgb [[buffer(11)]],
+                        device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
+                        device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
+                        constant MoeParams& p [[buffer(16)]], device const uint4* xq [[buffer(17)]],
+                        device const float2* de [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
+                        uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  moe_gate_up_rows<true>(gw, gs, gb, uw, us, ub, x, ids, h, sgw, sgs, sgb, suw, sus, sub, sh, p, xq, de, group, sg, lane,
+                          partial);
 }
 
 // out[t, r] = Σ_s weights[t, s] · (down_e[r] · h[t, s]) for e = ids[t, s], plus the gated shared expert

@@ -41,6 +41,20 @@
 #ifndef GEMV_THREADS
 #define GEMV_THREADS 128  // GEMV_SIMDGROUPS * 32, as a literal for the kernels' attribute
 #endif
+// The fp16 precision's GEMVs (gemv_int16: calls shorter than PREFILL_MIN_TOKENS, 4-bit weights with
+// bf16 scales): each row of x is quantised once per call (quantize_int16) in blocks of INT16_BLOCK
+// columns, d = max|x| / INT16_QMAX and q = round(x / d), half to even, as the CPU backend's int16
+// precision rounds (native/backends/cpu/int8.h), and the products are integer (two 16-bit by 8-bit
+// products per instruction with CUDA's dp2a). Each block's error is at most d / 2 per element.
+#define INT16_BLOCK 32u
+#define INT16_QMAX 16256.0f
+#define QUANTIZE_SIMDGROUPS 4u
+#define QUANTIZE_THREADS 128  // QUANTIZE_SIMDGROUPS * 32, as a literal for the kernel's attribute
+struct QuantizeParams {
+  uint n;     // rows
+  uint cols;  // per row, a multiple of INT16_BLOCK
+};
+
 // Prefill: a call of at least PREFILL_MIN_TOKENS tokens runs on the tiled kernels (matrix units, fp16
 // operands, fp32 accumulation) when the backend's precision is fp16; shorter calls (decode) on the
 // GEMV-class kernels above. The crossover measured on the H200 (`moelens-gpu-bench prefill`, full shape):
@@ -254,6 +268,7 @@ struct MoeParams {
   float shared_scale;
   uint sh_vec4;  // the shared intermediate rows are 16-byte aligned
   uint split;    // moe_down: simdgroups per block of output rows
+  uint x_int16;  // moe_gate_up: x read as int16 blocks (xq, de: the fp16 precision's rows_dot_int16)
 };
 
 // MoE prefill's counting sort (moe_bucket_count, _scan, _scatter): entries counted and ranked in blocks
@@ -319,11 +334,14 @@ struct RouteParams {
   uint has_probs;
 };
 
+// int16: the norm kernels also store their output quantised as quantize_int16 does (dim a multiple of
+// INT16_BLOCK), so that the fp16 precision's GEMVs read it without a launch of their own.
 struct NormParams {
   uint rows;
   uint dim;
   float eps;
   uint has_weight;
+  uint int16;
 };
 
 struct AddNormParams {
@@ -332,6 +350,7 @@ struct AddNormParams {
   float eps;
   uint has_weight;
   float scale;  // of the added rows
+  uint int16;
 };
 
 struct ConvParams {

@@ -111,10 +111,13 @@ describe("prefill in chunks", () => {
     const exact = await logits(gpuName, { precision: "fp32" }, short);
     const below = await logits(gpuName, { precision: "fp16", prefillMinTokens: 21 }, short);
     const tiled = await logits(gpuName, { precision: "fp16", prefillMinTokens: 20 }, short);
-    // Below the threshold an fp16 model runs the exact kernels: the fp32 model's logits, bit for bit.
-    expect(Array.from(below.all)).toEqual(Array.from(exact.all));
-    // From it, the tiled kernels: fp16 operands move the logits by far more than fp32 rounding.
-    expect(maxRowDiff(tiled.all, exact.all, exact.vocab)).toBeGreaterThan(1e-4);
+    // Below the threshold, the decode kernels: at fp16 their 4-bit products take int16 activations,
+    // which move the logits far less than the tiled kernels' fp16 operands from it (measured here: 4.3e-4
+    // and 1.5e-3 of a row's largest logit; 8e-4 lies between them by a factor of 1.9 either way).
+    const belowDiff = maxRowDiff(below.all, exact.all, exact.vocab), tiledDiff = maxRowDiff(tiled.all, exact.all, exact.vocab);
+    expect(belowDiff).toBeGreaterThan(0);
+    expect(belowDiff).toBeLessThan(8e-4);
+    expect(tiledDiff).toBeGreaterThan(8e-4);
   });
 
   test("prefillMinTokens is validated", async () => {

@@ -4,7 +4,10 @@
 // copy, read from the L2 where it fits), each checked against the first. The winner is what
 // shaders/common.h rows_dot implements (B R=2 U=2); this file records why. H and I take the products in
 // half2 (fp16 products and sums within a word or chunk): fewer instructions, 6e-4 to 1.3e-3 of the
-// row's scale instead of 2e-7 (docs/reports/2026-12-04-h200-gemv-half-products.md).
+// row's scale instead of 2e-7 (docs/reports/2026-12-04-h200-gemv-half-products.md). Q and P quantise x
+// per block first and multiply in integers: Q to int8 (as llama.cpp's q8_1, dp4a), P to int16 (dp2a),
+// the fp16 precision's decode GEMV (shaders/common.h rows_dot_int16, P with a 16-byte block per lane:
+// docs/reports/2026-12-04-h200-int16-decode.md).
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv-variants bench/gpu/gemv-variants.cu && /tmp/gemv-variants
 #include <cmath>
@@ -329,6 +332,122 @@ struct Shape {
   int rows, cols;
 };
 
+// Q: x quantised to int8 per group of 64 (llama.cpp's q8_1 idea) before the GEMV; each word's low and
+// high nibbles against the group's even and odd columns of x (packed so by the quantiser) in two dp4a,
+// scale · dx · Σq·xq + bias · Σx (Σx of the word's 8 columns, exact). C: the word count per lane
+// (1: a word as B; 4: a 16-byte chunk, half a group, summed in int before one conversion).
+template <int R, int C>
+__global__ void gemv_q(Mat m, const uint2* xq, const float* dx, const float* xs, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
+  if (row0 >= m.rows) return;
+  const int words = m.cols / 8, gpr = m.cols / kGroup, chunks = words / C;
+  float acc[R] = {};
+  for (int c0 = lane; c0 < chunks; c0 += 64) {
+    uint32_t q[2][R][C];
+    float sc[2][R], bi[2][R];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int ci = min(c0 + 32 * u, chunks - 1), row = min(row0 + r, m.rows - 1), g = ci * C * 8 / kGroup;
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(m.w + size_t(row) * (m.cols / 2)) + ci * C;
+        if constexpr (C == 4) {
+          const uint4 v = *reinterpret_cast<const uint4*>(src);
+          q[u][r][0] = v.x, q[u][r][C > 1 ? 1 : 0] = v.y, q[u][r][C > 2 ? 2 : 0] = v.z, q[u][r][C > 3 ? 3 : 0] = v.w;
+        } else {
+          q[u][r][0] = src[0];
+        }
+        sc[u][r] = bf(m.s[size_t(row) * gpr + g]);
+        bi[u][r] = bf(m.b[size_t(row) * gpr + g]);
+      }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int ci = c0 + 32 * u;
+      if (ci >= chunks) break;
+      uint2 xv[C];
+      float xsum = 0;
+#pragma unroll
+      for (int k = 0; k < C; ++k) xv[k] = xq[ci * C + k], xsum += xs[ci * C + k];
+      const float d = dx[ci * C * 8 / kGroup];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          dot = __dp4a(int(q[u][r][k] & 0x0F0F0F0Fu), int(xv[k].x), dot);
+          dot = __dp4a(int((q[u][r][k] >> 4) & 0x0F0F0F0Fu), int(xv[k].y), dot);
+        }
+        acc[r] += sc[u][r] * d * float(dot) + bi[u][r] * xsum;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < m.rows) y[row0 + r] = v;
+  }
+}
+
+// P: as Q with x in int16 per group of 64 (32,767 at the group's largest |x|): four dp2a per word, each
+// two 16-bit x against two of the word's nibbles spread to bytes (x packed per word as [x0|x2] [x4|x6]
+// [x1|x3] [x5|x7]).
+template <int R, int C>
+__global__ void gemv_p(Mat m, const uint4* xq, const float* dx, const float* xs, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
+  if (row0 >= m.rows) return;
+  const int words = m.cols / 8, gpr = m.cols / kGroup, chunks = words / C;
+  float acc[R] = {};
+  for (int c0 = lane; c0 < chunks; c0 += 64) {
+    uint32_t q[2][R][C];
+    float sc[2][R], bi[2][R];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int ci = min(c0 + 32 * u, chunks - 1), row = min(row0 + r, m.rows - 1), g = ci * C * 8 / kGroup;
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(m.w + size_t(row) * (m.cols / 2)) + ci * C;
+        if constexpr (C == 4) {
+          const uint4 v = *reinterpret_cast<const uint4*>(src);
+          q[u][r][0] = v.x, q[u][r][C > 1 ? 1 : 0] = v.y, q[u][r][C > 2 ? 2 : 0] = v.z, q[u][r][C > 3 ? 3 : 0] = v.w;
+        } else {
+          q[u][r][0] = src[0];
+        }
+        sc[u][r] = bf(m.s[size_t(row) * gpr + g]);
+        bi[u][r] = bf(m.b[size_t(row) * gpr + g]);
+      }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int ci = c0 + 32 * u;
+      if (ci >= chunks) break;
+      uint4 xv[C];
+      float xsum = 0;
+#pragma unroll
+      for (int k = 0; k < C; ++k) xv[k] = xq[ci * C + k], xsum += xs[ci * C + k];
+      const float d = dx[ci * C * 8 / kGroup];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < C; ++k) {
+          const uint32_t lo = q[u][r][k] & 0x0F0F0F0Fu, hi = (q[u][r][k] >> 4) & 0x0F0F0F0Fu;
+          dot = __dp2a_lo(int(xv[k].x), int(lo), dot);
+          dot = __dp2a_hi(int(xv[k].y), int(lo), dot);
+          dot = __dp2a_lo(int(xv[k].z), int(hi), dot);
+          dot = __dp2a_hi(int(xv[k].w), int(hi), dot);
+        }
+        acc[r] += sc[u][r] * d * float(dot) + bi[u][r] * xsum;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < m.rows) y[row0 + r] = v;
+  }
+}
+
 int main() {
   const Shape shapes[] = {{"deltanet in-proj 12352x2048", 12352, 2048},
                           {"out-proj 2048x4096", 2048, 4096},
@@ -365,8 +484,52 @@ int main() {
     CHECK(cudaMalloc(&x, sh.cols * 4));
     CHECK(cudaMalloc(&y, size_t(sh.rows) * 4));
     CHECK(cudaMemcpy(x, hx.data(), sh.cols * 4, cudaMemcpyHostToDevice));
+    // The same in int16: per word [x0|x2] [x4|x6] [x1|x3] [x5|x7].
+    std::vector<uint16_t> hq16(sh.cols);
+    std::vector<float> hdx16(sh.cols / kGroup);
+    for (int g = 0; g < sh.cols / kGroup; ++g) {
+      float mx = 0;
+      for (int i = 0; i < kGroup; ++i) mx = std::max(mx, std::fabs(hx[g * kGroup + i]));
+      hdx16[g] = mx / 32767.f;
+      for (int i = 0; i < kGroup; ++i) {
+        const int c = g * kGroup + i, w = c / 8, j = c % 8;
+        const int slot = (j % 2) * 4 + (j / 2);  // even columns 0,2,4,6 then odd 1,3,5,7
+        hq16[8 * w + slot] = uint16_t(int16_t(std::nearbyint(hx[c] / hdx16[g])));
+      }
+    }
+    uint4* dq16;
+    float* ddx16;
+    CHECK(cudaMalloc(&dq16, sh.cols * 2));
+    CHECK(cudaMalloc(&ddx16, hdx16.size() * 4));
+    CHECK(cudaMemcpy(dq16, hq16.data(), sh.cols * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(ddx16, hdx16.data(), hdx16.size() * 4, cudaMemcpyHostToDevice));
     std::vector<float> ref(sh.rows), got(sh.rows);
     std::printf("%s: %.1f MB per matrix, %d copies\n", sh.name, (wb + 2 * sb) / 1e6, copies);
+    // x in int8 per group of 64, each word's even columns then its odd ones; dx per group, Σx per word.
+    std::vector<uint8_t> hq(sh.cols);
+    std::vector<float> hdx(sh.cols / kGroup), hxs(sh.cols / 8);
+    for (int g = 0; g < sh.cols / kGroup; ++g) {
+      float mx = 0;
+      for (int i = 0; i < kGroup; ++i) mx = std::max(mx, std::fabs(hx[g * kGroup + i]));
+      hdx[g] = mx / 127.f;
+      for (int i = 0; i < kGroup; ++i) {
+        const int c = g * kGroup + i, w = c / 8, j = c % 8;
+        hq[8 * w + (j % 2) * 4 + j / 2] = uint8_t(int8_t(std::nearbyint(hx[c] / hdx[g])));
+      }
+    }
+    for (int w = 0; w < sh.cols / 8; ++w) {
+      float t = 0;
+      for (int j = 0; j < 8; ++j) t += hx[8 * w + j];
+      hxs[w] = t;
+    }
+    uint2* dq;
+    float *ddx, *dxs;
+    CHECK(cudaMalloc(&dq, sh.cols));
+    CHECK(cudaMalloc(&ddx, hdx.size() * 4));
+    CHECK(cudaMalloc(&dxs, hxs.size() * 4));
+    CHECK(cudaMemcpy(dq, hq.data(), sh.cols, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(ddx, hdx.data(), hdx.size() * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dxs, hxs.data(), hxs.size() * 4, cudaMemcpyHostToDevice));
 
     auto bench = [&](const char* name, auto launch) {
       launch(mats[0]);
@@ -423,8 +586,19 @@ int main() {
     bench("I R=1 chunk half2", [&](Mat m) { gemv_i<1><<<(M + 3) / 4, 128>>>(m, x, y); });
     bench("I R=2 chunk half2", [&](Mat m) { gemv_i<2><<<(M + 7) / 8, 128>>>(m, x, y); });
     bench("I R=4 chunk half2", [&](Mat m) { gemv_i<4><<<(M + 15) / 16, 128>>>(m, x, y); });
+    bench("Q R=2 word int8", [&](Mat m) { gemv_q<2, 1><<<(M + 7) / 8, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=4 word int8", [&](Mat m) { gemv_q<4, 1><<<(M + 15) / 16, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=2 chunk int8", [&](Mat m) { gemv_q<2, 4><<<(M + 7) / 8, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=4 chunk int8", [&](Mat m) { gemv_q<4, 4><<<(M + 15) / 16, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=1 chunk int8", [&](Mat m) { gemv_q<1, 4><<<(M + 3) / 4, 128>>>(m, dq, ddx, dxs, y); });
+    bench("P R=2 word int16", [&](Mat m) { gemv_p<2, 1><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=4 word int16", [&](Mat m) { gemv_p<4, 1><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=2 chunk int16", [&](Mat m) { gemv_p<2, 4><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=4 chunk int16", [&](Mat m) { gemv_p<4, 4><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=1 chunk int16", [&](Mat m) { gemv_p<1, 4><<<(M + 3) / 4, 128>>>(m, dq16, ddx16, dxs, y); });
     for (Mat& m : mats) cudaFree(const_cast<uint8_t*>(m.w)), cudaFree(const_cast<uint16_t*>(m.s)), cudaFree(const_cast<uint16_t*>(m.b));
     cudaFree(x);
+    cudaFree(dq), cudaFree(ddx), cudaFree(dxs), cudaFree(dq16), cudaFree(ddx16);
     cudaFree(y);
   }
   return 0;

@@ -3,7 +3,7 @@
 # not needed), from the repository root: builds the CUDA backend, writes the synthetic full-shape
 # checkpoint, checks every kernel and every fixture against the CPU backend (both GPU precisions),
 # times prefill at every prompt length (fp16 tiled kernels against the fp32 decode kernels, with a
-# per-kernel profile at 4,096 tokens), decode after a short prompt and at depth (after prompts of
+# per-kernel profile at 4,096 tokens), decode after a short prompt (both precisions) and at depth (after prompts of
 # --depths tokens); with --peer, also builds llama.cpp (CUDA), converts the same weights to a Q4_0 GGUF
 # and runs llama-bench in the same call (prefill, decode at depth). Logs go to --out, and every figure
 # to --out/summary.txt (bench/gpu/summary.sh).
@@ -117,12 +117,15 @@ stamp "moelens prefill done"
 stamp "moelens speed"
 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 --decode "$decode" \
   --peak-gbps 4800 > "$out/speed.txt" 2>&1 || stamp "speed FAILED"
+# The same at the fp16 precision: decode's 4-bit GEMVs on int16 activations (docs/metal.md, "Decode in int16").
+timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --precision fp16 --prompt 256 --decode "$decode" \
+  --peak-gbps 4800 > "$out/speed-fp16.txt" 2>&1 || stamp "speed at fp16 FAILED"
 stamp "moelens speed done"
 MOELENS_CUDA_PROFILE=1 timeout 300 build/cuda/moelens-gpu-bench speed "$synth" --backend cuda --prompt 256 \
   --decode 32 --peak-gbps 4800 > "$out/profile.txt" 2>&1 || stamp "profile FAILED"
 stamp "profile done"
-# Decode at depth: the prompt (prefilled in chunks of PREFILL_CHUNK, on the fp16 tiled kernels: at fp32 a
-# 32,768-token prompt takes about a minute; decode runs the same kernels at either precision) fills the
+# Decode at depth, at the fp16 precision: the prompt (prefilled in chunks of PREFILL_CHUNK, on the tiled
+# kernels: at fp32 a 32,768-token prompt takes about a minute; decode on the int16 GEMVs) fills the
 # KV cache that every decoded token's attention then reads; speed prints the bytes per token (weights,
 # state, KV at the depth) and their fraction of 4.8 TB/s. A per-kernel profile at 4,096.
 for depth in "${depths[@]}"; do

@@ -230,10 +230,17 @@ void GpuBackend::fill(View dst, float value, size_t count) {
       .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
 }
 
-std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
+std::unique_lock<std::recursive_mutex> GpuBackend::enter(Int16Rows rows) {
   std::unique_lock<std::recursive_mutex> lock(mu_);
   flush_add();
+  if (rows == Int16Rows::Drop) norm_int16_.valid = false;
   return lock;
+}
+
+void GpuBackend::written(View out, size_t count) {
+  const View& x = norm_int16_.out;
+  if (norm_int16_.valid && out && out.buf == x.buf && out.offset < x.offset + norm_int16_.count && x.offset < out.offset + count)
+    norm_int16_.valid = false;
 }
 
 void GpuBackend::flush_add() {

@@ -51,10 +51,18 @@ inline bool q4_tiles_take(const GpuWeight& w) {
   return d.format == WEIGHT_Q4 && d.group_size == 64 && d.rows % 8 == 0 && d.cols % GEMM_K == 0 && w.scales_exact_in_half;
 }
 
+// Whether the fp16 precision's integer GEMVs (rows_dot_int16: gemv_int16, moe_gate_up) take a matrix or
+// an expert stack: MLX 4-bit rows with bf16 scales in groups of whole INT16_BLOCK blocks.
+inline bool int16_takes(const GpuWeight& w) {
+  const shader::WeightDesc& d = w.desc;
+  return d.format == WEIGHT_Q4 && d.scale_type == SCALE_BF16 && d.group_size % INT16_BLOCK == 0 && d.cols % INT16_BLOCK == 0;
+}
+
 // How prefill chunks multiply: F32 (what load() gives by default) runs every call on the exact fp32
 // kernels that decode uses; F16 (reduced precision; the constructor's default, which the kernel tests
 // use) runs chunks of at least PREFILL_MIN_TOKENS tokens (shaders/params.h) on the tiled kernels:
-// activations and dequantised weights enter the matrix units as fp16, with fp32 accumulation.
+// activations and dequantised weights enter the matrix units as fp16, with fp32 accumulation; shorter
+// calls multiply 4-bit weights with bf16 scales on int16 activations (gemv_int16, moe_gate_up_int16).
 enum class Precision { F32, F16 };
 bool parse_precision(const std::string& name, Precision* out);  // "fp32", "fp16"
 
@@ -134,14 +142,28 @@ class GpuBackend final : public Backend {
   static bool scales_exact_in_half(const LinearWeight& w);
   friend class GpuBuffer;
   class Call;
-  // Locks the backend and dispatches a deferred add (every call but add() and rms_norm() starts here).
-  std::unique_lock<std::recursive_mutex> enter();
+  // Locks the backend and dispatches a deferred add (every call but rms_norm() starts here); forgets
+  // the int16 form of the last norm's output unless the call keeps it (Int16Rows::Keep: calls that
+  // check that what they write is not that output).
+  enum class Int16Rows { Drop, Keep };
+  std::unique_lock<std::recursive_mutex> enter(Int16Rows rows = Int16Rows::Drop);
   void flush_add();
   void submit(const Dispatch& d);
   void release(DeviceBuffer* b);
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
   void gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n);
+  // fp16, calls that tiled(n) leaves: x quantised once into int16_x_ (quantize_int16), then every job
+  // (int16_takes) on gemv_int16.
+  void gemv_int16_jobs(const MatmulJob* jobs, size_t count, View x, int n);
+  // x [n, cols] as int16 blocks (xq; de the blocks' (d, d · Σq)): the last norm's int16 output when x is
+  // that norm's output, else quantize_int16 into int16_x_.
+  View int16_rows(View x, int n, uint32_t cols, View& de);
+  // Whether a norm of count values in rows of dim also writes them as int16 blocks (fp16 decode), and
+  // where: norm_int16_ then describes them.
+  bool norm_writes_int16(size_t count, int dim);
+  // The last norm's output is no longer what its int16 form holds if a call wrote into it.
+  void written(View out, size_t count);
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
   void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
@@ -170,6 +192,15 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions
   std::unique_ptr<GpuBuffer> moe_tiles_;          // moe_tile_list: the number of the buckets' tiles, then each tile
   std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
+  std::unique_ptr<GpuBuffer> int16_x_;            // quantize_int16's output, read by gemv_int16 in one call
+  // fp16 decode: the last norm's output as int16 blocks, written beside it by the norm kernels, for the
+  // GEMVs that read it next (the projections, the experts' gate and up) in place of quantize_int16.
+  struct NormInt16 {
+    View out;  // the norm's fp32 output
+    size_t count = 0;
+    bool valid = false;
+  } norm_int16_;
+  std::unique_ptr<GpuBuffer> norm_int16_buf_;  // its int16 words, then the blocks' (d, d · Σq)
   std::unique_ptr<GpuBuffer> gemm_parts_;         // a split GEMM's sums per part of the columns (gemm_parts_sum)
   // DeltaNet prompts: deltanet_prep's normalised q and k rows and gates, read by deltanet_tokens
   std::unique_ptr<GpuBuffer> deltanet_qk_, deltanet_gates_;

@@ -28,6 +28,7 @@ void add_matmul_cases(Cases& all) {
         [m](Ctx& c) {
           const int rows = 37, cols = m.cols;
           c.shape = "37x" + std::to_string(cols) + (m.x_offset ? ", x at an odd offset" : "");
+          ExactGpu exact(c.gpu);
           HostWeight h(c.rng, m.fmt, rows, cols, 0, m.group ? m.group : 64, m.scale);
           WeightPair w = upload(c, h);
           Pair x = c.floats(c.rng.normals(m.x_offset + size_t(m.n) * cols)), out = c.zeros(size_t(m.n) * rows);
@@ -39,6 +40,7 @@ void add_matmul_cases(Cases& all) {
   for (int cols : {128, 4096})
     add("matmul_group x" + std::to_string(cols), [cols](Ctx& c) {
       c.shape = "5 matrices (q4, q8, bf16) x " + std::to_string(cols);
+      ExactGpu exact(c.gpu);
       std::vector<HostWeight> hw;
       const char* fmts[] = {"q4", "q8", "q4", "q8", "bf16"};
       const int rows[] = {40, 16, 33, 1, 9};
@@ -56,6 +58,125 @@ void add_matmul_cases(Cases& all) {
       c.gpu.matmul_group(jg, View(x.gpu.get()), 1);
       for (int j = 0; j < 5; ++j) c.expect_close("matmul_group", outs[size_t(j)], size_t(rows[j]), 2e-5f);
     });
+
+  // The fp16 precision's integer GEMV (calls below the tiled threshold, 4-bit weights with bf16 scales):
+  // quantize_int16 then gemv_int16, against the CPU at its int16 precision, which rounds the activations
+  // the same way, so that only the order of the fp32 sums differs (the exact GEMV's tolerance; a wrong
+  // column order or block scale is off by O(1)). Ragged row blocks, split-K (wide rows), several tokens,
+  // x at an odd offset, groups of 32 and 128, and one block of 32 columns.
+  struct Int16Shape {
+    int group, n, rows, cols;
+    size_t x_offset = 0;
+  };
+  for (Int16Shape m : {Int16Shape{64, 1, 37, 256}, Int16Shape{64, 3, 37, 2048, 1}, Int16Shape{32, 2, 9, 4096},
+                       Int16Shape{128, 1, 70, 512}, Int16Shape{64, 15, 5, 64, 1}, Int16Shape{32, 1, 3, 32}})
+    add("matmul int16 g" + std::to_string(m.group) + " n" + std::to_string(m.n) + " " + std::to_string(m.rows) + "x" +
+            std::to_string(m.cols) + (m.x_offset ? " unaligned" : ""),
+        [m](Ctx& c) {
+          c.shape = std::to_string(m.rows) + "x" + std::to_string(m.cols) + ", " + std::to_string(m.n) + " tokens";
+          HostWeight h(c.rng, "q4", m.rows, m.cols, 0, m.group, DType::BF16);
+          WeightPair w = upload(c, h);
+          // Blocks of very different scales, and an all-zero block (d = 0).
+          std::vector<float> xv = c.rng.normals(m.x_offset + size_t(m.n) * m.cols);
+          for (size_t i = m.x_offset; i < xv.size(); ++i) xv[i] *= i / 32 % 3 == 1 ? 40.0f : 1.0f;
+          if (m.cols > 32) std::fill(xv.begin() + ptrdiff_t(m.x_offset) + 32, xv.begin() + ptrdiff_t(m.x_offset) + 64, 0.0f);
+          Pair x = c.floats(xv), out = c.zeros(size_t(m.n) * m.rows);
+          {
+            Int16Cpu int16(c.cpu);
+            c.cpu.matmul(*w.cpu, View(x.cpu.get(), m.x_offset), m.n, View(out.cpu.get()));
+          }
+          const uint64_t before = c.launches(gpu::kernels::gemv_int16::id);
+          c.gpu.matmul(*w.gpu, View(x.gpu.get(), m.x_offset), m.n, View(out.gpu.get()));
+          if (c.launches(gpu::kernels::gemv_int16::id) != before + 1) throw Failure("the call did not run gemv_int16");
+          c.expect_close("matmul int16", out, size_t(m.n) * m.rows, 2e-5f);
+        });
+
+  // A norm's output read by the next matmul: the norm kernels store its int16 blocks beside it (rms_norm,
+  // the add fused into add_rms_norm, gated_rms_norm over heads of 64), which gemv_int16 reads without a
+  // quantize_int16 launch; after the output is written again (scaled, here), the blocks are stale and
+  // the matmul quantises anew.
+  for (std::string norm : {"rms_norm", "add_rms_norm", "gated_rms_norm"})
+    add("matmul int16 after " + norm, [norm](Ctx& c) {
+      const int n = 2, cols = 256, rows = 40, head = 64;
+      c.shape = std::to_string(rows) + "x" + std::to_string(cols) + " after " + norm + ", " + std::to_string(n) + " tokens";
+      HostWeight h(c.rng, "q4", rows, cols);
+      WeightPair w = upload(c, h);
+      const size_t count = size_t(n) * cols;
+      Pair x = c.floats(c.rng.normals(count)), a = c.floats(c.rng.normals(count)), z = c.floats(c.rng.normals(count));
+      Pair gain = c.floats(c.rng.normals(norm == "gated_rms_norm" ? head : cols)), normed = c.zeros(count);
+      Pair out = c.zeros(size_t(n) * rows);
+      auto run = [&](Backend& be, auto pick) {
+        if (norm == "gated_rms_norm") {
+          be.gated_rms_norm(View(pick(x)), View(pick(z)), View(pick(gain)), n * cols / head, head, 1e-6f, View(pick(normed)));
+        } else {
+          if (norm == "add_rms_norm") be.add(View(pick(x)), View(pick(a)), count, 0.5f);
+          be.rms_norm(View(pick(x)), View(pick(gain)), n, cols, 1e-6f, View(pick(normed)));
+        }
+      };
+      auto cpu = [](const Pair& p) { return p.cpu.get(); };
+      auto gpu = [](const Pair& p) { return p.gpu.get(); };
+      run(c.cpu, cpu);
+      run(c.gpu, gpu);
+      {
+        Int16Cpu int16(c.cpu);
+        c.cpu.matmul(*w.cpu, View(normed.cpu.get()), n, View(out.cpu.get()));
+      }
+      const uint64_t quantized = c.launches(gpu::kernels::quantize_int16::id), products = c.launches(gpu::kernels::gemv_int16::id);
+      c.gpu.matmul(*w.gpu, View(normed.gpu.get()), n, View(out.gpu.get()));
+      if (c.launches(gpu::kernels::quantize_int16::id) != quantized || c.launches(gpu::kernels::gemv_int16::id) != products + 1)
+        throw Failure("the matmul after " + norm + " did not read the norm's int16 blocks");
+      c.expect_close("matmul int16 after the norm", out, size_t(n) * rows, 2e-5f);
+      c.cpu.scale(View(normed.cpu.get()), 3.0f, count);
+      c.gpu.scale(View(normed.gpu.get()), 3.0f, count);
+      {
+        Int16Cpu int16(c.cpu);
+        c.cpu.matmul(*w.cpu, View(normed.cpu.get()), n, View(out.cpu.get()));
+      }
+      c.gpu.matmul(*w.gpu, View(normed.gpu.get()), n, View(out.gpu.get()));
+      if (c.launches(gpu::kernels::quantize_int16::id) != quantized + 1)
+        throw Failure("the matmul after the norm's output was scaled did not quantise it anew");
+      c.expect_close("matmul int16 after a write", out, size_t(n) * rows, 2e-5f);
+    });
+
+  // A group that mixes what gemv_int16 takes (4-bit, bf16 scales) with what it leaves (an exact 4-bit job,
+  // 8-bit, f16 scales, bf16 rows) on the fp32 GEMV; more 4-bit jobs than one launch binds (5: 4, then 1),
+  // all from one quantisation of x.
+  add("matmul_group int16 and fp32", [](Ctx& c) {
+    const int cols = 512;
+    c.shape = "5 int16 (q4) and 4 fp32 matrices x 512";
+    struct Job {
+      const char* fmt;
+      int rows;
+      DType scale;
+      bool exact, int16;
+    };
+    const Job jobs[] = {{"q4", 40, DType::BF16, false, true},  {"q8", 16, DType::BF16, false, false},
+                        {"q4", 33, DType::BF16, false, true},  {"q4", 8, DType::BF16, true, false},
+                        {"q4", 9, DType::F16, false, false},   {"q4", 5, DType::BF16, false, true},
+                        {"bf16", 7, DType::BF16, false, false}, {"q4", 64, DType::BF16, false, true},
+                        {"q4", 6, DType::BF16, false, true}};
+    std::vector<HostWeight> hw;  // the CPU's weights read these
+    std::vector<WeightPair> w;
+    std::vector<Pair> outs;
+    for (const Job& j : jobs) hw.emplace_back(c.rng, j.fmt, j.rows, cols, 0, 64, j.scale);
+    for (size_t i = 0; i < std::size(jobs); ++i) w.push_back(upload(c, hw[i])), outs.push_back(c.zeros(size_t(jobs[i].rows)));
+    Pair x = c.floats(c.rng.normals(cols));
+    std::vector<Backend::MatmulJob> jc32, jc16, jg;
+    for (size_t i = 0; i < std::size(jobs); ++i) {
+      (jobs[i].int16 ? jc16 : jc32).push_back({w[i].cpu.get(), View(outs[i].cpu.get()), jobs[i].exact});
+      jg.push_back({w[i].gpu.get(), View(outs[i].gpu.get()), jobs[i].exact});
+    }
+    c.cpu.matmul_group(jc32, View(x.cpu.get()), 1);
+    {
+      Int16Cpu int16(c.cpu);
+      c.cpu.matmul_group(jc16, View(x.cpu.get()), 1);
+    }
+    const uint64_t q_before = c.launches(gpu::kernels::quantize_int16::id), before = c.launches(gpu::kernels::gemv_int16::id);
+    c.gpu.matmul_group(jg, View(x.gpu.get()), 1);
+    if (c.launches(gpu::kernels::quantize_int16::id) != q_before + 1 || c.launches(gpu::kernels::gemv_int16::id) != before + 2)
+      throw Failure("the 4-bit jobs did not run as one quantisation and two gemv_int16 launches");
+    for (size_t i = 0; i < std::size(jobs); ++i) c.expect_close(jobs[i].int16 ? "int16 job" : "fp32 job", outs[i], size_t(jobs[i].rows), 2e-5f);
+  });
 
   // The tiled GEMM (fp16 operands, fp32 accumulation). Tolerance: each operand is rounded to half
   // (unit roundoff 2^-11), so a dot product of random terms is off by a few 1e-4 of the output's
@@ -128,7 +249,10 @@ void add_matmul_cases(Cases& all) {
       Pair x = c.floats(c.rng.normals(size_t(n) * 64)), out = c.zeros(size_t(n) * 24);
       auto tiled_launches = [&c] { return c.launches(gpu::kernels::gemm::id) + c.launches(gpu::kernels::gemm_q4::id); };
       const uint64_t before = tiled_launches();
-      c.cpu.matmul(*w.cpu, View(x.cpu.get()), n, View(out.cpu.get()));
+      {  // below the threshold, the integer GEMV: its reference is the CPU's int16 precision
+        std::unique_ptr<Int16Cpu> int16 = n < CHECK_TILED_FROM ? std::make_unique<Int16Cpu>(c.cpu) : nullptr;
+        c.cpu.matmul(*w.cpu, View(x.cpu.get()), n, View(out.cpu.get()));
+      }
       c.gpu.matmul(*w.gpu, View(x.gpu.get()), n, View(out.gpu.get()));
       const bool tiled = tiled_launches() > before;
       if (tiled != (n >= CHECK_TILED_FROM))

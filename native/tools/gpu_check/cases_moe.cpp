@@ -47,12 +47,19 @@ void add_moe_cases(Cases& all) {
 
   // Wide: long expert rows, so that moe_down splits its blocks over several simdgroups (split-K).
   // Uneven: down rows of 24 words, not a power of two (moe_down's general loop for 4-bit experts).
+  // Each case runs at fp32 (the exact kernels), then at fp16, where 4-bit experts with bf16 scales take
+  // their gate and up products on x's int16 blocks (one quantize_int16 here, where no norm wrote them).
+  // Tolerance of those: each activation is off by at most 1/32,512 of its block's largest, which the
+  // products, SwiGLU and the down projection carry to at most 1.1e-4 of the output's scale in these
+  // cases (seeds 1-3, every order); 5e-4 leaves room for other seeds, and a wrong column order or block
+  // scale is off by O(1) (swapping two columns of the int16 order fails every one of them).
+  const float int16_tol = 5e-4f;
   for (std::string fmt : {"q4", "q8", "bf16"})
     for (int n : {1, 3})
       for (int variant : {0, 1, 2, 3})  // 0: routed only, 1: + the shared expert, 2: wide, 3: uneven, both + shared
         add("moe_experts " + fmt + " n" + std::to_string(n) + (variant ? " + shared" : "") + (variant == 2 ? " wide" : "") +
                 (variant == 3 ? " uneven" : ""),
-            [fmt, n, variant](Ctx& c) {
+            [fmt, n, variant, int16_tol](Ctx& c) {
           const bool with_shared = variant > 0, wide = variant == 2;
           const int E = wide ? 5 : 6, H = wide ? 64 : 128, I = wide ? 1024 : variant == 3 ? 192 : 64, K = wide ? 4 : 3,
                     SI = wide ? 512 : 96;
@@ -75,9 +82,21 @@ void add_moe_cases(Cases& all) {
           }
           c.cpu.moe_experts(*G.cpu, *U.cpu, *D.cpu, View(x.cpu.get()), View(ids.cpu.get()), View(w.cpu.get()), n, K,
                             View(out.cpu.get()), shc);
-          c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
-                            View(out.gpu.get()), shg);
-          c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
+          auto run_gpu = [&] {
+            c.gpu.moe_experts(*G.gpu, *U.gpu, *D.gpu, View(x.gpu.get()), View(ids.gpu.get()), View(w.gpu.get()), n, K,
+                              View(out.gpu.get()), shg);
+          };
+          {
+            ExactGpu exact(c.gpu);
+            run_gpu();
+          }
+          c.expect_close("moe_experts fp32", out, size_t(n) * H, 2e-5f);
+          const uint64_t before = c.launches(gpu::kernels::quantize_int16::id);
+          run_gpu();
+          const bool int16 = fmt == "q4";
+          if (c.launches(gpu::kernels::quantize_int16::id) != before + (int16 ? 1u : 0u))
+            throw Failure(std::string("the fp16 call ") + (int16 ? "did not take" : "took") + " x as int16 blocks");
+          c.expect_close("moe_experts fp16", out, size_t(n) * H, int16 ? int16_tol : 2e-5f);
         });
 
   // The counting sort by expert and the tile list on their own, against a host counting sort, exactly:
@@ -283,8 +302,8 @@ void add_moe_cases(Cases& all) {
           c.expect_close("moe_experts tiled", out, size_t(m.n) * H, tiled_tol);
         });
 
-  // Just under CHECK_TILED_FROM: the per-token kernels, exact.
-  add("moe_experts tiled threshold", [](Ctx& c) {
+  // Just under CHECK_TILED_FROM: the per-token kernels (x as int16 blocks, as above).
+  add("moe_experts tiled threshold", [int16_tol](Ctx& c) {
     const int E = 4, H = 64, I = 64, K = 2, n = CHECK_TILED_FROM - 1;
     c.shape = std::to_string(n) + " tokens";
     HostWeight g(c.rng, "q4", I, H, E), u(c.rng, "q4", I, H, E), d(c.rng, "q4", H, I, E);
@@ -305,7 +324,7 @@ void add_moe_cases(Cases& all) {
                       View(out.gpu.get()), {});
     if (tiled() != before)
       throw Failure(std::to_string(n) + " tokens ran the tiled expert kernels");
-    c.expect_close("moe_experts", out, size_t(n) * H, 2e-5f);
+    c.expect_close("moe_experts", out, size_t(n) * H, int16_tol);
   });
 }
 

@@ -37,6 +37,26 @@ void add_norm_cases(Cases& all) {
     c.expect_close("norm", out, rows * dim, 1e-5f);
   });
 
+  // At fp16 the norm also writes its output's int16 blocks, into a buffer that grows with the rows: a
+  // fused add and norm larger than any before must still add once (growing releases the old buffer,
+  // and a release dispatches a deferred add).
+  add("residual add + rms_norm, int16 blocks", [](Ctx& c) {
+    c.shape = "15x4096, scale 0.5, after 1x64";
+    for (int rows : {1, 15}) {
+      const int dim = rows == 1 ? 64 : 4096;
+      Pair h = c.floats(c.rng.normals(size_t(rows) * dim)), mix = c.floats(c.rng.normals(size_t(rows) * dim));
+      Pair w = c.floats(c.rng.normals(dim)), out = c.zeros(size_t(rows) * dim);
+      for (Backend* b : {static_cast<Backend*>(&c.cpu), static_cast<Backend*>(&c.gpu)}) {
+        const bool g = b == &c.gpu;
+        b->add(View(g ? h.gpu.get() : h.cpu.get()), View(g ? mix.gpu.get() : mix.cpu.get()), size_t(rows) * dim, 0.5f);
+        b->rms_norm(View(g ? h.gpu.get() : h.cpu.get()), View(g ? w.gpu.get() : w.cpu.get()), rows, dim, 1e-6f,
+                    View(g ? out.gpu.get() : out.cpu.get()));
+      }
+      c.expect_close("residual", h, size_t(rows) * dim, 1e-6f);
+      c.expect_close("norm", out, size_t(rows) * dim, 1e-5f);
+    }
+  });
+
   add("gated_rms_norm", [](Ctx& c) {
     c.shape = "9 rows of 64, in place";
     const int rows = 9, dim = 64;

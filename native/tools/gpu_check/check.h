@@ -56,6 +56,21 @@ struct Pair {
 // is lower, and shorter tiled chunks are checked through the SDK (test/prefill-chunks.test.ts).
 constexpr int CHECK_TILED_FROM = 16;
 
+// The GPU backend at fp32 for the rest of a scope, then back at the cases' fp16: for the cases of the
+// exact GEMV, which fp16 calls shorter than the tiled threshold leave for 4-bit weights (gemv_int16).
+struct ExactGpu {
+  GpuBackend& gpu;
+  explicit ExactGpu(GpuBackend& g) : gpu(g) { gpu.set_precision(gpu::Precision::F32); }
+  ~ExactGpu() { gpu.set_precision(gpu::Precision::F16); }
+};
+// The CPU backend at the int16 precision for the rest of a scope, then back at fp32: the reference of
+// gemv_int16, which quantises its activations as the CPU's int16 precision does.
+struct Int16Cpu {
+  CpuBackend& cpu;
+  explicit Int16Cpu(CpuBackend& c) : cpu(c) { cpu.set_precision(cpu::Precision::Int16); }
+  ~Int16Cpu() { cpu.set_precision(cpu::Precision::F32); }
+};
+
 struct Ctx {
   CpuBackend& cpu;
   GpuBackend& gpu;

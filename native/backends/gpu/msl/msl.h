@@ -554,6 +554,7 @@ MSL_FN void simdgroup_q4_dequantize(simdgroup_half8x8& w0, simdgroup_half8x8& w1
 
 // precise:: is CUDA's default math (not the intrinsics); fast:: the intrinsics.
 namespace precise {
+MSL_FN float divide(float x, float y) { return x / y; }  // IEEE division: the CUDA build keeps nvcc's default
 MSL_FN float exp(float x) { return ::expf(x); }
 MSL_FN float log(float x) { return ::logf(x); }
 MSL_FN float sqrt(float x) { return ::sqrtf(x); }
@@ -666,13 +667,15 @@ T as_type(U v) {
   MSL_MATH1(ceil, std::ceil)                \
   MSL_MATH1(round, std::round)              \
   MSL_MATH1(trunc, std::trunc)              \
+  MSL_MATH1(rint, std::rint)                \
   MSL_MATH1(fabs, std::fabs)                \
   inline float rsqrt(float x) { return 1.0f / std::sqrt(x); } \
   inline float pow(float x, float y) { return std::pow(x, y); } \
   inline float powr(float x, float y) { return std::pow(x, y); } \
   inline float fmin(float a, float b) { return std::fmin(a, b); } \
   inline float fmax(float a, float b) { return std::fmax(a, b); } \
-  inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
+  inline float fma(float a, float b, float c) { return std::fma(a, b, c); } \
+  inline float divide(float x, float y) { return x / y; }
 MSL_MATH_ALL
 namespace precise {
 MSL_MATH_ALL

@@ -46,6 +46,10 @@ constexpr JobSlots kGemvSlots{{k::gemv::w0, k::gemv::w1, k::gemv::w2, k::gemv::w
                               {k::gemv::s0, k::gemv::s1, k::gemv::s2, k::gemv::s3},
                               {k::gemv::b0, k::gemv::b1, k::gemv::b2, k::gemv::b3},
                               {k::gemv::out0, k::gemv::out1, k::gemv::out2, k::gemv::out3}};
+constexpr JobSlots kGemvInt16Slots{{k::gemv_int16::w0, k::gemv_int16::w1, k::gemv_int16::w2, k::gemv_int16::w3},
+                                   {k::gemv_int16::s0, k::gemv_int16::s1, k::gemv_int16::s2, k::gemv_int16::s3},
+                                   {k::gemv_int16::b0, k::gemv_int16::b1, k::gemv_int16::b2, k::gemv_int16::b3},
+                                   {k::gemv_int16::out0, k::gemv_int16::out1, k::gemv_int16::out2, k::gemv_int16::out3}};
 constexpr JobSlots kGemmSlots{{k::gemm::w0, k::gemm::w1, k::gemm::w2, k::gemm::w3},
                               {k::gemm::s0, k::gemm::s1, k::gemm::s2, k::gemm::s3},
                               {k::gemm::b0, k::gemm::b1, k::gemm::b2, k::gemm::b3},
@@ -87,6 +91,38 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
   p.split = split_k(p.total_blocks, p.n, min_row_words, GEMV_UNROLL);
   call.buf(k::gemv::x, x).params(k::gemv::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n)
       .threads(GEMV_THREADS).run();
+}
+
+View GpuBackend::int16_rows(View x, int n, uint32_t cols, View& de) {
+  const size_t count = size_t(n) * cols;
+  if (norm_int16_.valid && norm_int16_.out.buf == x.buf && norm_int16_.out.offset == x.offset && norm_int16_.count == count) {
+    de = View(norm_int16_buf_.get(), count / 2);
+    return View(norm_int16_buf_.get());
+  }
+  scratch(int16_x_, count / 2 + count / INT16_BLOCK * 2);
+  de = View(int16_x_.get(), count / 2);
+  namespace q = k::quantize_int16;
+  const shader::QuantizeParams p{u32(size_t(n), "tokens"), cols};
+  Call(*this, q::id).buf(q::x, x).buf(q::xq, View(int16_x_.get())).buf(q::de, de).params(q::p, p)
+      .grid(ceil_div(cols / INT16_BLOCK, QUANTIZE_SIMDGROUPS), p.n).threads(QUANTIZE_THREADS).run();
+  return View(int16_x_.get());
+}
+
+void GpuBackend::gemv_int16_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
+  const uint32_t cols = static_cast<const GpuWeight&>(*jobs[0].weight).desc.cols;
+  View de;
+  const View xq = int16_rows(x, n, cols, de);
+  for (size_t i = 0; i < count; i += GEMV_MAX_JOBS) {
+    shader::GemvParams p{};
+    namespace g = k::gemv_int16;
+    Call call(*this, g::id);
+    const size_t batch = std::min<size_t>(GEMV_MAX_JOBS, count - i);
+    bind_jobs(call, kGemvInt16Slots, jobs + i, batch, n, p, p.first_block, p.total_blocks, GEMV_ROWS);
+    // A lane takes a block (4 words) per step where the fp32 GEMV takes a word.
+    p.split = split_k(p.total_blocks, p.n, cols / INT16_BLOCK, GEMV_UNROLL);
+    call.buf(g::xq, xq).buf(g::de, de).params(g::p, p).grid(ceil_div(p.total_blocks, GEMV_SIMDGROUPS / p.split), p.n)
+        .threads(GEMV_THREADS).run();
+  }
 }
 
 View GpuBackend::half_rows(View x, int n, uint32_t cols, bool fragment_order) {
@@ -189,23 +225,29 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
   if (p.parts > 1) sum_parts(jobs, count, p, padded);
 }
 
-void GpuBackend::matmul(const Weight& w, View x, int n, View out) {
-  auto lock = enter();
-  MatmulJob job{&w, out};
-  if (!tiled(n)) {
-    gemv_jobs(&job, 1, x, n);
-    return;
-  }
-  const bool q4 = all_q4_tiles(&job, 1);
-  gemm_jobs(&job, 1, half_rows(x, n, static_cast<const GpuWeight&>(w).desc.cols, q4), n, q4);
-}
+void GpuBackend::matmul(const Weight& w, View x, int n, View out) { matmul_group({{&w, out}}, x, n); }
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
-  auto lock = enter();
-  // Chunks that tiled(n) takes: jobs that must be exact on gemm_exact (fp32 accuracy), the others on the fp16 GEMMs;
-  // other calls on the fp32 GEMV kernels.
-  std::vector<MatmulJob> fp32, fp16;
-  for (const MatmulJob& j : jobs) (tiled(n) && !j.exact ? fp16 : fp32).push_back(j);
+  auto lock = enter(Int16Rows::Keep);
+  for (const MatmulJob& j : jobs) written(j.out, size_t(n) * static_cast<const GpuWeight&>(*j.weight).desc.rows);
+  // Jobs that must be exact run at fp32 accuracy (gemm_exact for chunks that tiled(n) takes, else the
+  // GEMV). At fp16, the others run on the fp16 GEMMs (tiled(n)) or on the integer GEMV (shorter calls,
+  // weights that int16_takes); the rest on the fp32 GEMV.
+  std::vector<MatmulJob> fp32, fp16, int16;
+  for (const MatmulJob& j : jobs) {
+    const bool reduced = precision_ == Precision::F16 && !j.exact;
+    if (reduced && tiled(n)) fp16.push_back(j);
+    else if (reduced && !static_cast<const GpuWeight&>(*j.weight).experts && int16_takes(static_cast<const GpuWeight&>(*j.weight)))
+      int16.push_back(j);
+    else fp32.push_back(j);
+  }
+  if (!int16.empty()) {
+    const uint32_t cols = static_cast<const GpuWeight&>(*int16[0].weight).desc.cols;
+    for (const MatmulJob& j : int16)
+      if (static_cast<const GpuWeight&>(*j.weight).desc.cols != cols)
+        fail("gpu backend: matmul_group of matrices with different input sizes");
+    gemv_int16_jobs(int16.data(), int16.size(), x, n);
+  }
   // The fp16 jobs read x rounded to half once, as rows of their common input size: in fragment order when
   // all of them take gemm_q4 (a group that mixes formats runs every launch on gemm or gemm_wide).
   View xh;

@@ -9,7 +9,8 @@ namespace moelens::gpu {
 
 void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bool renormalize, View ids, View weights,
                        View probs) {
-  auto lock = enter();
+  auto lock = enter(Int16Rows::Keep);
+  written(ids, size_t(n) * size_t(top_k)), written(weights, size_t(n) * size_t(top_k)), written(probs, size_t(n) * size_t(experts));
   if (experts > int(ROUTER_MAX_EXPERTS) || top_k > int(ROUTER_MAX_K) || top_k > experts || top_k < 1)
     fail("gpu backend: routing ", experts, " experts top-", top_k, " (at most ", ROUTER_MAX_EXPERTS, " experts, top-",
          ROUTER_MAX_K, ")");
@@ -20,15 +21,22 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
       .opt(r::probs, probs).params(r::p, p).grid(p.n).threads(32).run();
 }
 
+static_assert(k::moe_gate_up::p == k::moe_gate_up_int16::p && k::moe_gate_up::xq == k::moe_gate_up_int16::xq &&
+                  k::moe_gate_up::de == k::moe_gate_up_int16::de && k::moe_gate_up::sh == k::moe_gate_up_int16::sh,
+              "moe_gate_up, moe_gate_up_int16: the same buffer indices");
+
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
                              View weights, int n, int top_k, View out, const SharedExpert& shared) {
-  auto lock = enter();
+  auto lock = enter(Int16Rows::Keep);
   const auto& G = static_cast<const GpuWeight&>(gate_w);
   const auto& U = static_cast<const GpuWeight&>(up_w);
   const auto& D = static_cast<const GpuWeight&>(down_w);
   if (!G.experts || !U.experts || !D.experts) fail("gpu backend: moe_experts needs expert stacks");
   if (top_k > int(ROUTER_MAX_K)) fail("gpu backend: ", top_k, " experts per token (the expert kernels take ", ROUTER_MAX_K, ")");
-  if (tiled(n)) return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
+  if (tiled(n)) {
+    written(out, size_t(n) * G.desc.cols);
+    return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
+  }
   shader::MoeParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.hidden = G.desc.cols, p.inter = G.desc.rows;
@@ -43,17 +51,23 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
     p.shared = 1u, p.shared_inter = SG->desc.rows, p.shared_scale = shared.scale;
     p.sh_vec4 = SG->desc.rows % 4 == 0 ? 1u : 0u;
   }
+  // fp16: the gate and up products in integer arithmetic on x's int16 blocks (the last norm's, or
+  // quantize_int16's) when every one of their matrices takes them.
+  View xq, de;
+  p.x_int16 = precision_ == Precision::F16 && int16_takes(G) && int16_takes(U) && (!SG || (int16_takes(*SG) && int16_takes(*SU)));
+  if (p.x_int16) xq = int16_rows(x, n, p.hidden, de);
+  written(out, size_t(n) * p.hidden);
   scratch(moe_h_, size_t(n) * size_t(top_k) * p.inter);
   scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * p.shared_inter));
   auto data = [](const GpuWeight* w) { return w ? w->data.get() : nullptr; };
   auto scales = [](const GpuWeight* w) { return w ? w->scales.get() : nullptr; };
   auto biases = [](const GpuWeight* w) { return w ? w->biases.get() : nullptr; };
   namespace gu = k::moe_gate_up;
-  Call(*this, gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
+  Call(*this, p.x_int16 ? k::moe_gate_up_int16::id : gu::id).buf(gu::gw, G.data.get()).buf(gu::gs, G.scales.get()).buf(gu::gb, G.biases.get())
       .buf(gu::uw, U.data.get()).buf(gu::us, U.scales.get()).buf(gu::ub, U.biases.get()).buf(gu::x, x)
       .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).buf(gu::sgw, data(SG)).buf(gu::sgs, scales(SG))
       .buf(gu::sgb, biases(SG)).buf(gu::suw, data(SU)).buf(gu::sus, scales(SU)).buf(gu::sub, biases(SU))
-      .buf(gu::sh, moe_shared_h_.get()).params(gu::p, p)
+      .buf(gu::sh, moe_shared_h_.get()).opt(gu::xq, xq).opt(gu::de, de).params(gu::p, p)
       .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS / 2), p.k + p.shared, p.n)
       .threads(GEMV_THREADS).run();
   // moe_down reads the k experts' rows as one virtual row.

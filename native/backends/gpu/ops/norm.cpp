@@ -6,30 +6,48 @@
 
 namespace moelens::gpu {
 
+bool GpuBackend::norm_writes_int16(size_t count, int dim) {
+  norm_int16_.valid = false;
+  if (precision_ != Precision::F16 || prompt_ || dim % int(INT16_BLOCK) != 0) return false;
+  scratch(norm_int16_buf_, count / 2 + count / INT16_BLOCK * 2);
+  return true;
+}
+
 void GpuBackend::rms_norm(View x, View weight, int rows, int dim, float eps, View out) {
   std::unique_lock<std::recursive_mutex> lock(mu_);
-  if (add_.active && add_.a.buf == x.buf && add_.a.offset == x.offset && add_.count == size_t(rows) * size_t(dim)) {
+  const size_t count = size_t(rows) * size_t(dim);
+  // First, since growing the blocks' buffer releases the old one, and a release dispatches a deferred add.
+  const bool int16 = norm_writes_int16(count, dim);
+  const bool fused = add_.active && add_.a.buf == x.buf && add_.a.offset == x.offset && add_.count == count;
+  if (!fused) flush_add();
+  const View xq = int16 ? View(norm_int16_buf_.get()) : View(), de = int16 ? View(norm_int16_buf_.get(), count / 2) : View();
+  if (fused) {
     add_.active = false;
-    shader::AddNormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u, add_.scale};
+    shader::AddNormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u, add_.scale, int16 ? 1u : 0u};
     namespace an = k::add_rms_norm;
-    Call(*this, an::id).buf(an::h, x).buf(an::a, add_.b).opt(an::weight, weight).buf(an::out, out).params(an::p, p)
-        .grid(p.rows).threads(norm_threads(dim)).run();
-    return;
+    Call(*this, an::id).buf(an::h, x).buf(an::a, add_.b).opt(an::weight, weight).buf(an::out, out).opt(an::xq, xq)
+        .opt(an::de, de).params(an::p, p).grid(p.rows).threads(norm_threads(dim)).run();
+  } else {
+    shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u, int16 ? 1u : 0u};
+    namespace rn = k::rms_norm;
+    Call(*this, rn::id).buf(rn::x, x).opt(rn::weight, weight).buf(rn::out, out).opt(rn::xq, xq).opt(rn::de, de)
+        .params(rn::p, p).grid(p.rows).threads(norm_threads(dim)).run();
   }
-  flush_add();
-  shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u};
-  Call(*this, k::rms_norm::id).buf(k::rms_norm::x, x).opt(k::rms_norm::weight, weight).buf(k::rms_norm::out, out)
-      .params(k::rms_norm::p, p).grid(p.rows).threads(norm_threads(dim)).run();
+  if (int16) norm_int16_ = {out, count, true};
 }
 
 void GpuBackend::gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) {
   auto lock = enter();
   if (dim <= 0 || size_t(dim) > 32 * NORM_MAX_PER_THREAD)
     fail("gpu backend: gated RMSNorm over rows of ", dim, " (the kernel takes up to ", 32 * NORM_MAX_PER_THREAD, ")");
-  shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, 1u};
+  const size_t count = size_t(rows) * size_t(dim);
+  const bool int16 = norm_writes_int16(count, dim);
+  const View xq = int16 ? View(norm_int16_buf_.get()) : View(), de = int16 ? View(norm_int16_buf_.get(), count / 2) : View();
+  shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, 1u, int16 ? 1u : 0u};
   namespace g = k::gated_rms_norm;
-  Call(*this, g::id).buf(g::x, x).buf(g::z, z).buf(g::weight, weight).buf(g::out, out).params(g::p, p)
-      .grid(ceil_div(p.rows, ROWS_PER_THREADGROUP)).threads(ROW_THREADS).run();
+  Call(*this, g::id).buf(g::x, x).buf(g::z, z).buf(g::weight, weight).buf(g::out, out).opt(g::xq, xq).opt(g::de, de)
+      .params(g::p, p).grid(ceil_div(p.rows, ROWS_PER_THREADGROUP)).threads(ROW_THREADS).run();
+  if (int16) norm_int16_ = {out, count, true};
 }
 
 }  // namespace moelens::gpu
