@@ -1,7 +1,7 @@
 // The fp16 precision's GEMVs: x quantised to int16 blocks once per call (quantize_int16), then integer
 // products with 4-bit weights (gemv_int16), for the projections of calls shorter than PREFILL_MIN_TOKENS.
-// About a third of the fp32 GEMV's instructions per weight, which bound it (the GEMVs are issue-bound:
-// docs/metal.md), at an error of at most d / 2 per activation, d = max|x| / INT16_QMAX over its block.
+// Fewer instructions per weight than the fp32 GEMV, whose instruction issue bounds it (docs/metal.md,
+// "Decode in int16"), at an error of at most d / 2 per activation, d = max|x| / INT16_QMAX over its block.
 #include <metal_stdlib>
 using namespace metal;
 #include "common.h"
