@@ -51,7 +51,7 @@ inline bool q4_tiles_take(const GpuWeight& w) {
   return d.format == WEIGHT_Q4 && d.group_size == 64 && d.rows % 8 == 0 && d.cols % GEMM_K == 0 && w.scales_exact_in_half;
 }
 
-// Whether the fp16 precision's integer GEMVs (rows_dot_int16: gemv_int16, moe_gate_up) take a matrix or
+// Whether the fp16 precision's integer GEMVs (rows_dot_int16: gemv_int16, moe_gate_up_int16) take a matrix or
 // an expert stack: MLX 4-bit rows with bf16 scales in groups of whole INT16_BLOCK blocks.
 inline bool int16_takes(const GpuWeight& w) {
   const shader::WeightDesc& d = w.desc;

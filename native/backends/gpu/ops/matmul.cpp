@@ -229,7 +229,12 @@ void GpuBackend::matmul(const Weight& w, View x, int n, View out) { matmul_group
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
   auto lock = enter(Int16Rows::Keep);
-  for (const MatmulJob& j : jobs) written(j.out, size_t(n) * static_cast<const GpuWeight&>(*j.weight).desc.rows);
+  auto weight = [](const MatmulJob& j) -> const GpuWeight& { return static_cast<const GpuWeight&>(*j.weight); };
+  // One input, so one input size: the quantised or half rows below are made once for every job.
+  for (const MatmulJob& j : jobs) {
+    if (weight(j).desc.cols != weight(jobs[0]).desc.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
+    written(j.out, size_t(n) * weight(j).desc.rows);
+  }
   // Jobs that must be exact run at fp32 accuracy (gemm_exact for chunks that tiled(n) takes, else the
   // GEMV). At fp16, the others run on the fp16 GEMMs (tiled(n)) or on the integer GEMV (shorter calls,
   // weights that int16_takes); the rest on the fp32 GEMV.
@@ -237,28 +242,15 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   for (const MatmulJob& j : jobs) {
     const bool reduced = precision_ == Precision::F16 && !j.exact;
     if (reduced && tiled(n)) fp16.push_back(j);
-    else if (reduced && !static_cast<const GpuWeight&>(*j.weight).experts && int16_takes(static_cast<const GpuWeight&>(*j.weight)))
-      int16.push_back(j);
+    else if (reduced && !weight(j).experts && int16_takes(weight(j))) int16.push_back(j);
     else fp32.push_back(j);
   }
-  if (!int16.empty()) {
-    const uint32_t cols = static_cast<const GpuWeight&>(*int16[0].weight).desc.cols;
-    for (const MatmulJob& j : int16)
-      if (static_cast<const GpuWeight&>(*j.weight).desc.cols != cols)
-        fail("gpu backend: matmul_group of matrices with different input sizes");
-    gemv_int16_jobs(int16.data(), int16.size(), x, n);
-  }
-  // The fp16 jobs read x rounded to half once, as rows of their common input size: in fragment order when
-  // all of them take gemm_q4 (a group that mixes formats runs every launch on gemm or gemm_wide).
+  if (!int16.empty()) gemv_int16_jobs(int16.data(), int16.size(), x, n);
+  // The fp16 jobs read x rounded to half once: in fragment order when all of them take gemm_q4 (a group
+  // that mixes formats runs every launch on gemm or gemm_wide).
   View xh;
   const bool q4 = !fp16.empty() && all_q4_tiles(fp16.data(), fp16.size());
-  if (!fp16.empty()) {
-    const uint32_t cols = static_cast<const GpuWeight&>(*fp16[0].weight).desc.cols;
-    for (const MatmulJob& j : fp16)
-      if (static_cast<const GpuWeight&>(*j.weight).desc.cols != cols)
-        fail("gpu backend: matmul_group of matrices with different input sizes");
-    xh = half_rows(x, n, cols, q4);
-  }
+  if (!fp16.empty()) xh = half_rows(x, n, weight(fp16[0]).desc.cols, q4);
   for (size_t i = 0; i < fp16.size(); i += GEMV_MAX_JOBS)
     gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n, q4);
   // Exact jobs of a single row (a prompt's last logits) on the GEMV, which reads each weight once, where
