@@ -188,31 +188,75 @@ inline void rows_dot(constant WeightDesc& w, device const uchar* data, device co
   }
 }
 
-// Blocks of rows quantised to int16 (shaders/params.h, INT16_BLOCK), from one value per lane of the
-// simdgroup for each of N blocks (every lane calls it; v[b] is this lane's value of block block[b], stored
-// where live[b]): d = max|v| / INT16_QMAX, q = round(v / d), half to even, within ±INT16_QMAX (NaN, and
-// every q of an all-zero block, 0). q is stored per 8-column word as [q0|q2] [q4|q6] [q1|q3] [q5|q7]
-// (word_dot_int16's order) in xq, and (d, d · Σq) as the pair de[2 block], de[2 block + 1]. The N
-// blocks' reductions are independent, so their shuffles and divisions overlap.
-template <uint N>
-inline void store_blocks_int16(thread const float* v, thread const bool* live, thread const ulong* block,
-                               device ushort* xq, device float* de, uint lane) {
-  float d[N];
-  int q[N], sum[N];
-  for (uint b = 0; b < N; ++b) d[b] = simd_max(abs(v[b])) / INT16_QMAX;
-  for (uint b = 0; b < N; ++b) {
-    const float r = d[b] > 0.0f ? rint(precise::divide(v[b], d[b])) : 0.0f;
-    q[b] = r == r ? int(clamp(r, -INT16_QMAX, INT16_QMAX)) : 0;
+// Rows quantised to int16 in blocks of INT16_BLOCK columns (shaders/params.h), one value per lane of a
+// simdgroup for each block: d = max|v| / INT16_QMAX, q = round(v / d), half to even, within ±INT16_QMAX
+// (NaN, and every q of an all-zero block, 0). q is stored per 8-column word as [q0|q2] [q4|q6] [q1|q3]
+// [q5|q7] (word_dot_int16's order) in xq, and (d, d · Σq) as the pair de[2 block], de[2 block + 1].
+inline int int16_of(float v, float d) {
+  const float r = d > 0.0f ? rint(precise::divide(v, d)) : 0.0f;
+  return r == r ? int(clamp(r, -INT16_QMAX, INT16_QMAX)) : 0;
+}
+inline void store_int16(int q, device ushort* xq, ulong block, uint lane) {
+  const uint k = lane % 8u;
+  xq[INT16_BLOCK * block + 8u * (lane / 8u) + 4u * (k % 2u) + k / 2u] = as_type<ushort>(short(q));
+}
+inline void store_int16_scale(float d, int sum, device float* de, ulong block) {
+  de[2u * block] = d;
+  de[2u * block + 1u] = d * float(sum);
+}
+
+// One block (every lane calls it): quantize_int16's.
+inline void store_block_int16(float v, device ushort* xq, device float* de, ulong block, uint lane) {
+  const float d = simd_max(abs(v)) / INT16_QMAX;
+  const int q = int16_of(v, d), sum = simd_sum(q);
+  store_int16(q, xq, block, lane);
+  if (lane == 0u) store_int16_scale(d, sum, de, block);
+}
+
+// v[0..7] of 8 blocks reduced over the simdgroup (the maximum, or with SUM the sum) with 9 shuffles
+// instead of 8 · 5: the lanes exchange halves of their set (xor 16, then 8, then 4), each keeping the
+// blocks its bit selects, then combine the last block's partials (xor 2, 1). Lane l ends with the total
+// of block (l / 4) % 8; lane 4b holds block b's.
+template <class T, bool SUM>
+inline T reduce_blocks8(thread const T* v, uint lane) {
+  T a[4], b[2];
+  const bool hi4 = (lane & 16u) != 0u, hi3 = (lane & 8u) != 0u, hi2 = (lane & 4u) != 0u;
+  for (uint i = 0; i < 4u; ++i) {
+    const T got = simd_shuffle_xor(hi4 ? v[i] : v[4u + i], ushort(16));
+    a[i] = SUM ? (hi4 ? v[4u + i] : v[i]) + got : max(hi4 ? v[4u + i] : v[i], got);
   }
-  for (uint b = 0; b < N; ++b) sum[b] = simd_sum(q[b]);
-  const uint k = lane % 8u, at = 8u * (lane / 8u) + 4u * (k % 2u) + k / 2u;
-  for (uint b = 0; b < N; ++b) {
-    if (!live[b]) continue;
-    xq[INT16_BLOCK * block[b] + at] = as_type<ushort>(short(q[b]));
-    if (lane == 0u) {
-      de[2u * block[b]] = d[b];
-      de[2u * block[b] + 1u] = d[b] * float(sum[b]);
-    }
+  for (uint i = 0; i < 2u; ++i) {
+    const T got = simd_shuffle_xor(hi3 ? a[i] : a[2u + i], ushort(8));
+    b[i] = SUM ? (hi3 ? a[2u + i] : a[i]) + got : max(hi3 ? a[2u + i] : a[i], got);
+  }
+  const T got = simd_shuffle_xor(hi2 ? b[0] : b[1], ushort(4));
+  T c = SUM ? (hi2 ? b[1] : b[0]) + got : max(hi2 ? b[1] : b[0], got);
+  for (ushort m = 2; m >= 1; m /= 2) {
+    const T other = simd_shuffle_xor(c, m);
+    c = SUM ? c + other : max(c, other);
+  }
+  return c;
+}
+
+// Eight blocks at once (the norm kernels': a thread's values k = 0..7 lie in 8 blocks): v[k] is this
+// lane's value of block block[k], stored where live[k]. Their maxima and sums by reduce_blocks8, so
+// that the step costs 26 shuffles instead of 80 on the norm's critical path.
+inline void store_blocks8_int16(thread const float* v, thread const bool* live, thread const ulong* block,
+                                device ushort* xq, device float* de, uint lane) {
+  float a[8];
+  for (uint k = 0; k < 8u; ++k) a[k] = abs(v[k]);
+  const float m = reduce_blocks8<float, false>(a, lane);
+  int q[8];
+  float d[8];
+  for (uint k = 0; k < 8u; ++k) {
+    d[k] = simd_shuffle(m, ushort(4u * k)) / INT16_QMAX;
+    q[k] = int16_of(v[k], d[k]);
+  }
+  const int sum = reduce_blocks8<int, true>(q, lane);
+  for (uint k = 0; k < 8u; ++k) {
+    if (!live[k]) continue;
+    store_int16(q[k], xq, block[k], lane);
+    if (lane == 4u * k) store_int16_scale(d[k], sum, de, block[k]);
   }
 }
 

@@ -7,7 +7,7 @@ using namespace metal;
 #include "common.h"
 
 // xq[t], de[t] = row t of x [n, cols] quantised in blocks of INT16_BLOCK columns, one simdgroup per
-// block (store_blocks_int16); grid (ceil(cols / INT16_BLOCK / QUANTIZE_SIMDGROUPS), n).
+// block (store_block_int16); grid (ceil(cols / INT16_BLOCK / QUANTIZE_SIMDGROUPS), n).
 [[max_total_threads_per_threadgroup(QUANTIZE_THREADS)]] kernel void quantize_int16(
     device const float* x [[buffer(0)]], device ushort* xq [[buffer(1)]], device float* de [[buffer(2)]],
     constant QuantizeParams& p [[buffer(3)]], uint2 group [[threadgroup_position_in_grid]],
@@ -15,9 +15,7 @@ using namespace metal;
   const uint blocks = p.cols / INT16_BLOCK, j = group.x * QUANTIZE_SIMDGROUPS + sg, t = group.y;
   if (j >= blocks) return;  // the whole simdgroup
   const ulong block = ulong(t) * blocks + j;
-  const float v = x[INT16_BLOCK * block + lane];
-  const bool live = true;
-  store_blocks_int16<1>(&v, &live, &block, xq, de, lane);
+  store_block_int16(x[INT16_BLOCK * block + lane], xq, de, block, lane);
 }
 
 // out_j[t, r] = W_j[r] · x̂[t] for up to GEMV_MAX_JOBS 4-bit matrices with bf16 scales that read the same

@@ -10,8 +10,9 @@ using namespace metal;
 
 // A row kernel's output o[i] = v[k] · inv · wv[k] (i = tid + k · threads), and with int16 its int16 blocks
 // (a simdgroup's lanes hold a block of 32 columns for each k; threads and dim are multiples of
-// INT16_BLOCK). The blocks of every k are reduced together (store_blocks_int16), so that their
-// shuffles and divisions overlap instead of adding up on the norm's critical path.
+// INT16_BLOCK). The blocks of every k are reduced together (store_blocks8_int16), which keeps the
+// shuffles on the norm's critical path few.
+static_assert(NORM_MAX_PER_THREAD == 8u, "store_blocks8_int16 takes the 8 values of a thread");
 inline void store_normed(thread const float* v, thread const float* wv, float inv, device float* o, device ushort* xq,
                          device float* de, bool int16, uint row, uint dim, uint tid, uint threads, uint sg, uint lane) {
   float y[NORM_MAX_PER_THREAD];
@@ -28,7 +29,7 @@ inline void store_normed(thread const float* v, thread const float* wv, float in
     live[k] = first < dim;
     block[k] = (ulong(row) * dim + first) / INT16_BLOCK;
   }
-  store_blocks_int16<NORM_MAX_PER_THREAD>(y, live, block, xq, de, lane);
+  store_blocks8_int16(y, live, block, xq, de, lane);
 }
 
 // out[r] = x[r] * rsqrt(mean(x[r]²) + eps) * weight; one threadgroup of NORM_THREADS per row (dim <=
@@ -126,5 +127,5 @@ inline void store_normed(thread const float* v, thread const float* wv, float in
     live[k] = 32u * k < p.dim;
     block[k] = (ulong(row) * p.dim + 32u * k) / INT16_BLOCK;
   }
-  store_blocks_int16<NORM_MAX_PER_THREAD>(y, live, block, xq, de, lane);
+  store_blocks8_int16(y, live, block, xq, de, lane);
 }
