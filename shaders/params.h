@@ -401,6 +401,17 @@ struct AttentionParams {
   uint gated;  // the output is multiplied by sigmoid(gate)
 };
 
+// Decode attention at the fp16 precision (attention_half.metal: attention_partial_half_32, _64, _128,
+// _256): ATTN_HALF_SIMDGROUPS simdgroups per span, each a slice of the head dimensions, over blocks of
+// ATTN_HALF_KEYS keys (the 16 rows of an m16n8k16 product: ATTN_SPLIT_BLOCK, so that spans are whole
+// blocks) for up to ATTN_HALF_GROUP query heads per KV head (the product's 8 columns).
+#define ATTN_HALF_SIMDGROUPS 4u
+#define ATTN_HALF_THREADS 128  // ATTN_HALF_SIMDGROUPS * 32, as a literal for the kernels' attribute
+#define ATTN_HALF_KEYS 16u
+#define ATTN_HALF_GROUP 8u
+#define ATTN_HALF_MAX_HEAD_DIM 256u
+#define ATTN_HALF_MAX_SLICE 64u  // ATTN_HALF_MAX_HEAD_DIM / ATTN_HALF_SIMDGROUPS
+
 // Prefill attention (attention_prefill.metal): a threadgroup of ATTN_PREFILL_SIMDGROUPS simdgroups takes
 // ATTN_PREFILL_SIMDGROUP_ROWS query rows per simdgroup ((token, query head) pairs of one KV head) against
 // key tiles of 16 (head dim 256) or 32 keys; head dims 32, 64, 128 and 256. The queries are staged in

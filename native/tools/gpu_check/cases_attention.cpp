@@ -10,6 +10,22 @@ static gpu::kernels::Id split_build(int heads, int kv) {
   return heads / kv <= int(ATTN_PARTIAL_GROUP) ? gpu::kernels::attention_partial::id : gpu::kernels::attention_partial_wide::id;
 }
 
+// The split-K build on the matrix units for a head dim (the fp16 precision's).
+static gpu::kernels::Id half_build(int dim) {
+  return dim == 32    ? gpu::kernels::attention_partial_half_32::id
+         : dim == 64  ? gpu::kernels::attention_partial_half_64::id
+         : dim == 128 ? gpu::kernels::attention_partial_half_128::id
+                      : gpu::kernels::attention_partial_half_256::id;
+}
+
+// Whether an fp16 call that is not a tiled prefill runs its spans on the matrix units.
+static bool half_spans(int heads, int kv, bool probs) { return !probs && heads / kv <= int(ATTN_HALF_GROUP); }
+
+// The matrix-unit split-K kernels' tolerance (fp16 q, k, v and weights, fp32 accumulation): 5e-3 of the
+// largest |out|, as the flash-attention kernels'; about 2x the worst measured over the attention_half
+// cases with seeds 1-8 (2.3e-3, growing scores; 2.6e-4 to 6.4e-4 for the others).
+constexpr float kHalfTolerance = 5e-3f;
+
 void add_attention_cases(Cases& all) {
   const CaseAdder add{all};
 
@@ -48,6 +64,7 @@ void add_attention_cases(Cases& all) {
           Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
           Pair gate = c.floats(c.rng.normals(width, 2.0f));
           Pair probs = c.zeros(size_t(a.heads) * a.n * total + 1);
+          const ExactGpu exact(c.gpu);
           c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
                           a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
           c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
@@ -56,7 +73,8 @@ void add_attention_cases(Cases& all) {
           if (a.probs) c.expect_close("attention probs", probs, size_t(a.heads) * a.n * total + 1, 1e-5f);
         });
 
-  // Prefill calls (n >= CHECK_TILED_FROM at fp16) run the flash-attention kernel of their head dim:
+  // Prefill calls (n >= CHECK_TILED_FROM at fp16) run the flash-attention kernel of their head dim (shorter
+  // ones the split-K kernels on the matrix units, below):
   // fp16 q, k, v and weights, fp32 accumulation. Their tolerance, 5e-3 of the largest |out|, is 2x the
   // worst error measured over these shapes with seeds 1-4 (2.5e-3, the growing scores over 97 keys; 2.5e-4
   // to 6.9e-4 for the others); the same shapes below the threshold, or with probs requested, run the fp32 split-K
@@ -112,11 +130,12 @@ void add_attention_cases(Cases& all) {
                                       : a.dim == 128 ? gpu::kernels::attention_prefill_128::id
                                       : a.whole      ? gpu::kernels::attention_prefill_256::id
                                                      : gpu::kernels::attention_prefill_256_halves::id);
-          const size_t split = size_t(split_build(a.heads, a.kv));
+          const bool half = !tiled && half_spans(a.heads, a.kv, a.probs);
+          const size_t split = size_t(half ? half_build(a.dim) : split_build(a.heads, a.kv));
           const std::vector<uint64_t>& after = c.gpu.dispatches_by_kernel();
           if ((after[flash] > before[flash]) != tiled || (after[split] > before[split]) == tiled)
-            throw Failure(std::string("expected the ") + (tiled ? "flash-attention" : "split-K") + " kernels");
-          c.expect_close("attention out", out, width, tiled ? 5e-3f : 1e-5f);
+            throw Failure(std::string("expected the ") + (tiled ? "flash-attention" : half ? "half split-K" : "split-K") + " kernels");
+          c.expect_close("attention out", out, width, tiled || half ? kHalfTolerance : 1e-5f);
           if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
         });
 
@@ -140,32 +159,33 @@ void add_attention_cases(Cases& all) {
     throw Failure("a K cache view at 1 float was accepted");
   });
 
-  // The split-K kernels over spans sized by the context (attention_split.h): contexts around one block
-  // (1, 15, 16, 17), ragged spans (300, several thousand keys), spans ending in or wholly in a token's
-  // causal future (several tokens per launch), GQA groups of 1, 8 (attention_partial's largest), 12 and 16
-  // (attention_partial_wide), head dims 256 and small ones, the
-  // softmax weights (they read the lse), and prompts of 65 tokens at fp32 (the non-tiled prefill). Exact
-  // fp32 arithmetic: the split-K tolerance, 1e-5.
+  // The split-K kernels over spans sized by the context (attention_split.h), at fp32 (the fp16 precision
+  // runs the spans on the matrix units, below): contexts around one block (1, 15, 16, 17), ragged spans
+  // (300, several thousand keys; 157 spans at 5,000 keys on one KV head, several rounds of the
+  // combine's loads), spans ending in or wholly in a token's causal future (several tokens
+  // per launch), GQA groups of 1, 8 (attention_partial's largest), 12 and 16 (attention_partial_wide),
+  // head dims 256 and small ones, the softmax weights (they read the lse), and prompts of 65 tokens (the
+  // fp32 precision's prefill). Exact fp32 arithmetic: the split-K tolerance, 1e-5.
   struct SplitShape {
     int heads, kv, dim, n, pos0;
-    bool gated, probs, f32;
+    bool gated, probs;
   };
-  for (SplitShape a : {SplitShape{8, 1, 256, 1, 0, true, false, false}, SplitShape{8, 1, 256, 1, 14, true, false, false},
-                       SplitShape{16, 2, 256, 1, 15, false, false, false}, SplitShape{2, 2, 32, 1, 16, true, false, false},
-                       SplitShape{8, 1, 32, 3, 297, true, true, false}, SplitShape{16, 2, 256, 1, 4999, true, false, false},
-                       SplitShape{2, 2, 32, 1, 3000, false, false, false}, SplitShape{8, 1, 48, 8, 2000, true, false, false},
-                       SplitShape{8, 2, 64, 2, 700, true, true, false}, SplitShape{8, 1, 32, 65, 100, true, false, true},
-                       SplitShape{16, 2, 256, 65, 0, true, false, true}, SplitShape{2, 2, 128, 15, 1000, false, false, false},
-                       SplitShape{16, 1, 256, 1, 300, true, false, false}, SplitShape{12, 1, 64, 3, 700, true, true, false}})
+  for (SplitShape a : {SplitShape{8, 1, 256, 1, 0, true, false}, SplitShape{8, 1, 256, 1, 14, true, false},
+                       SplitShape{16, 2, 256, 1, 15, false, false}, SplitShape{2, 2, 32, 1, 16, true, false},
+                       SplitShape{8, 1, 32, 3, 297, true, true}, SplitShape{16, 2, 256, 1, 4999, true, false},
+                       SplitShape{2, 2, 32, 1, 3000, false, false}, SplitShape{8, 1, 48, 8, 2000, true, false},
+                       SplitShape{8, 2, 64, 2, 700, true, true}, SplitShape{8, 1, 32, 65, 100, true, false},
+                       SplitShape{16, 2, 256, 65, 0, true, false}, SplitShape{2, 2, 128, 15, 1000, false, false},
+                       SplitShape{16, 1, 256, 1, 300, true, false}, SplitShape{12, 1, 64, 3, 700, true, true},
+                       SplitShape{8, 1, 256, 1, 5000, false, false}})
     add("attention_split " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
-            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
-            (a.f32 ? " fp32" : ""),
+            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : ""),
         [a](Ctx& c) {
           const int total = a.pos0 + a.n;
           const gpu::AttentionSplit split = gpu::attention_split(size_t(a.n), size_t(total), size_t(a.kv));
           c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
                     std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + ", " + std::to_string(split.splits) +
-                    " spans of " + std::to_string(split.span) + (a.f32 ? ", fp32" : "");
+                    " spans of " + std::to_string(split.span);
           const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
           const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
           Pair q = c.floats(c.rng.normals(width)), kc = c.floats(c.rng.normals(size_t(total) * kvw));
@@ -176,23 +196,74 @@ void add_attention_cases(Cases& all) {
           const gpu::kernels::Id build = split_build(a.heads, a.kv);
           const uint64_t partial0 = c.launches(build);
           const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
-          if (a.f32) c.gpu.set_precision(gpu::Precision::F32);
+          const ExactGpu exact(c.gpu);
           c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
                           a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
-          try {
-            c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
-                            a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
-          } catch (...) {
-            c.gpu.set_precision(gpu::Precision::F16);
-            throw;
-          }
-          c.gpu.set_precision(gpu::Precision::F16);
+          c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
+                          a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
           const uint64_t partials = c.launches(build) - partial0;
           const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
           if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
             throw Failure("expected the split-K kernel" + std::string(split.splits > 1 ? " and a combine per launch" : " alone") +
                           ", got " + std::to_string(partials) + " and " + std::to_string(combines));
           c.expect_close("attention out", out, width, 1e-5f);
+          if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
+        });
+
+  // The same spans at the fp16 precision, on the matrix units (attention_partial_half_<head dim>): one span
+  // that writes the output itself (contexts of 1 to 16 keys) or several and the combine; ragged last
+  // blocks and spans (17, 300, 4,999 keys); several tokens per launch (spans in a token's future); groups
+  // of 1, 3 and 8 query heads per KV head (the products' 8 columns: rows past the group are zero); head
+  // dims 32 (two slices of 16), 64, 128 and 256; `ramp` (key j scaled by 1 + ramp·(j mod 64)/8) makes the
+  // scores grow along every 64 keys, so that maxima move inside spans of several blocks and the
+  // accumulator is rescaled (without the rescale those cases fail). A group of 12 and the softmax weights
+  // stay on the fp32 kernels at fp16 too.
+  struct HalfShape {
+    int heads, kv, dim, n, pos0;
+    bool gated, probs;
+    float ramp;
+  };
+  for (HalfShape a : {HalfShape{8, 1, 256, 1, 0, true, false, 0.0f}, HalfShape{8, 1, 256, 1, 15, true, false, 0.0f},
+                      HalfShape{16, 2, 256, 1, 16, false, false, 0.0f}, HalfShape{16, 2, 256, 1, 4999, true, false, 0.0f},
+                      HalfShape{16, 2, 256, 1, 4999, false, false, 1.0f}, HalfShape{2, 2, 32, 1, 300, false, false, 0.0f},
+                      HalfShape{8, 1, 32, 3, 297, true, false, 0.0f}, HalfShape{6, 2, 64, 2, 3000, true, false, 1.0f},
+                      HalfShape{2, 2, 128, 15, 1000, false, false, 0.0f}, HalfShape{8, 1, 64, 1, 16, true, false, 0.0f},
+                      HalfShape{12, 1, 64, 3, 700, true, false, 0.0f}, HalfShape{8, 2, 64, 2, 700, true, true, 0.0f},
+                      HalfShape{8, 1, 256, 1, 5000, true, false, 0.0f}})
+    add("attention_half " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
+            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
+            (a.ramp > 0.0f ? " ramp" : ""),
+        [a](Ctx& c) {
+          const int total = a.pos0 + a.n;
+          const gpu::AttentionSplit split = gpu::attention_split(size_t(a.n), size_t(total), size_t(a.kv));
+          c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
+                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + ", " + std::to_string(split.splits) +
+                    " spans of " + std::to_string(split.span) + (a.ramp > 0.0f ? ", growing scores" : "");
+          const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
+          const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
+          std::vector<float> keys = c.rng.normals(size_t(total) * kvw);
+          for (size_t j = 0; j < size_t(total); ++j)
+            for (size_t i = 0; i < kvw; ++i) keys[j * kvw + i] *= 1.0f + a.ramp * float(j % 64) / 8.0f;
+          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(keys);
+          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+          Pair gate = c.floats(c.rng.normals(width, 2.0f));
+          const size_t probs_size = size_t(a.heads) * a.n * total;
+          Pair probs = c.zeros(probs_size);
+          const bool half = half_spans(a.heads, a.kv, a.probs);
+          const gpu::kernels::Id build = half ? half_build(a.dim) : split_build(a.heads, a.kv);
+          const uint64_t partial0 = c.launches(build);
+          const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
+          c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
+                          a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
+          c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
+                          a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
+          const uint64_t partials = c.launches(build) - partial0;
+          const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
+          if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
+            throw Failure(std::string("expected the ") + (half ? "half " : "fp32 ") + "split-K kernel" +
+                          (split.splits > 1 ? " and a combine per launch" : " alone") + ", got " + std::to_string(partials) +
+                          " and " + std::to_string(combines));
+          c.expect_close("attention out", out, width, half ? kHalfTolerance : 1e-5f);
           if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
         });
 

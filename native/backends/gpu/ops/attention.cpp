@@ -1,6 +1,7 @@
 // Gated attention: q/k norm with partial RoPE, and causal GQA attention: flash attention on the matrix units
 // for tiled prefill calls (attention_prefill.metal), otherwise split-K over spans of keys sized by the
-// context (attention_split.h), then a combine unless one span covers them all.
+// context (attention_split.h), then a combine unless one span covers them all; the spans on the matrix
+// units at the fp16 precision (attention_half.metal), in fp32 arithmetic otherwise (attention.metal).
 #include <algorithm>
 #include <cmath>
 
@@ -41,6 +42,22 @@ static_assert(apn::q == apw::q && apn::k_cache == apw::k_cache && apn::v_cache =
                   apn::part_o == apw::part_o && apn::out == apw::out && apn::lse == apw::lse && apn::gate == apw::gate &&
                   apn::p == apw::p,
               "attention_partial and attention_partial_wide share their bindings");
+namespace ah32 = k::attention_partial_half_32;
+namespace ah64 = k::attention_partial_half_64;
+namespace ah128 = k::attention_partial_half_128;
+namespace ah256 = k::attention_partial_half_256;
+static_assert(ah32::q == ah256::q && ah32::k_cache == ah256::k_cache && ah32::v_cache == ah256::v_cache &&
+                  ah32::part_ml == ah256::part_ml && ah32::part_o == ah256::part_o && ah32::out == ah256::out &&
+                  ah32::gate == ah256::gate && ah32::p == ah256::p && ah64::q == ah256::q && ah64::k_cache == ah256::k_cache &&
+                  ah64::v_cache == ah256::v_cache && ah64::part_ml == ah256::part_ml && ah64::part_o == ah256::part_o &&
+                  ah64::out == ah256::out && ah64::gate == ah256::gate && ah64::p == ah256::p && ah128::q == ah256::q &&
+                  ah128::k_cache == ah256::k_cache && ah128::v_cache == ah256::v_cache && ah128::part_ml == ah256::part_ml &&
+                  ah128::part_o == ah256::part_o && ah128::out == ah256::out && ah128::gate == ah256::gate && ah128::p == ah256::p,
+              "attention_partial_half_<head_dim> kernels share their bindings");
+static_assert(ATTN_HALF_KEYS == ATTN_SPLIT_BLOCK, "attention_partial_half: spans are whole blocks of its keys");
+static_assert(ATTN_HALF_THREADS == 32 * ATTN_HALF_SIMDGROUPS && ATTN_HALF_THREADS == ATTN_HALF_KEYS * ATTN_HALF_GROUP &&
+                  ATTN_HALF_MAX_SLICE * ATTN_HALF_SIMDGROUPS == ATTN_HALF_MAX_HEAD_DIM,
+              "attention_partial_half: a thread per (head, key) of a block, a slice of the head per simdgroup");
 static_assert(ATTN_MAX_SPLITS % REDUCE_THREADS == 0, "attention_combine: each thread reads the same number of splits");
 
 // The flash-attention kernel for a head dimension; false when none is built for it.
@@ -50,6 +67,17 @@ bool prefill_kernel(int head_dim, k::Id* id) {
     case 64: *id = ap64::id; return true;
     case 128: *id = ap128::id; return true;
     case 256: *id = ap256::id; return true;
+    default: return false;
+  }
+}
+
+// The split-K kernel on the matrix units for a head dimension; false when none is built for it.
+bool half_kernel(int head_dim, k::Id* id) {
+  switch (head_dim) {
+    case 32: *id = ah32::id; return true;
+    case 64: *id = ah64::id; return true;
+    case 128: *id = ah128::id; return true;
+    case 256: *id = ah256::id; return true;
     default: return false;
   }
 }
@@ -121,6 +149,10 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   }
   p.splits = split.splits;
   p.span = split.span;
+  // The fp16 precision's spans on the matrix units: groups up to the products' 8 columns, head dims with a
+  // build; the softmax weights (probs) need the fp32 kernels' log-sum-exp.
+  k::Id half_id;
+  const bool half = precision_ == Precision::F16 && !probs && G <= ATTN_HALF_GROUP && half_kernel(s.head_dim, &half_id);
   if (split.splits > 1) {
     scratch(attn_ml_, block * H * split.splits * 2);
     scratch(attn_o_, block * H * split.splits * D);
@@ -131,7 +163,13 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
     p.n = uint32_t(std::min(block, size_t(n) - t0));
     namespace ap = k::attention_partial;
     const bool one = split.splits == 1;  // the partial kernel writes the output itself
-    Call(*this, G <= ATTN_PARTIAL_GROUP ? ap::id : apw::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
+    if (half)
+      Call(*this, half_id).buf(ah256::q, q).buf(ah256::k_cache, k_cache).buf(ah256::v_cache, v_cache)
+          .opt(ah256::part_ml, one ? View() : View(attn_ml_.get())).opt(ah256::part_o, one ? View() : View(attn_o_.get()))
+          .opt(ah256::out, one ? out : View()).opt(ah256::gate, one ? gate : View()).params(ah256::p, p)
+          .grid(p.splits, p.kv_heads, p.n).threads(ATTN_HALF_THREADS).run();
+    else
+      Call(*this, G <= ATTN_PARTIAL_GROUP ? ap::id : apw::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
         .opt(ap::part_ml, one ? View() : View(attn_ml_.get())).opt(ap::part_o, one ? View() : View(attn_o_.get()))
         .opt(ap::out, one ? out : View()).opt(ap::lse, one ? View(attn_lse_.get()) : View())
         .opt(ap::gate, one ? gate : View()).params(ap::p, p).grid(p.splits, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
