@@ -29,9 +29,10 @@ export type BackendName = "cpu" | "emulator" | "metal" | "cuda";
  *
  * The GPU backends: "fp32" (default): every call on the exact kernels, within 1e-4 of the CPU backend's
  * logits. "fp16": prompt chunks on the tiled matrix kernels (fp16 operands, fp32 accumulation), several
- * times faster at long prompts, and decode's 4-bit projections and experts' gate/up on activations
- * quantized to int16 in blocks of 32 (the CPU's "int16" rounding, integer products); reduced precision.
- * See docs/metal.md, "Precision" and "Decode in int16". */
+ * times faster at long prompts, decode's 4-bit projections and experts' gate/up on activations
+ * quantized to int16 in blocks of 32 (the CPU's "int16" rounding, integer products) and its attention on
+ * the matrix units (fp16 operands); reduced precision. See docs/metal.md, "Precision", "Decode in int16"
+ * and "Decode attention at depth". */
 export const precisions = ["fp32", "fp16", "int24", "int16", "int8"] as const;
 export type Precision = (typeof precisions)[number];
 
