@@ -72,6 +72,7 @@ class GpuBackend final : public Backend {
   ~GpuBackend() override;
   const char* name() const override { return runtime_->name(); }
   const char* precision_name() const override { return precision_ == Precision::F16 ? "fp16" : "fp32"; }
+  Precision precision() const { return precision_; }
   void set_precision(Precision p) { precision_ = p; }
   int default_prefill_chunk() const override { return int(PREFILL_CHUNK); }
   // Whether a call of n tokens runs on the tiled prefill kernels: at fp16, from PREFILL_MIN_TOKENS tokens

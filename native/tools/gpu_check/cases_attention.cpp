@@ -26,6 +26,54 @@ static bool half_spans(int heads, int kv, bool probs) { return !probs && heads /
 // cases with seeds 1-8 (2.3e-3, growing scores; 2.6e-4 to 6.4e-4 for the others).
 constexpr float kHalfTolerance = 5e-3f;
 
+// A split-K attention call (below the tiled threshold) against the CPU backend, at the precision the
+// GPU backend is set to: the fp32 kernels at fp32, the matrix-unit ones at fp16 where they apply
+// (half_spans), each with a combine per launch when the keys make more than one span. `ramp` scales key
+// j by 1 + ramp·(j mod 64)/8: scores that grow along every 64 keys.
+struct SpanShape {
+  int heads, kv, dim, n, pos0;
+  bool gated, probs;
+  float ramp = 0.0f;
+  std::string name() const {
+    return std::to_string(heads) + "/" + std::to_string(kv) + "x" + std::to_string(dim) + " n" + std::to_string(n) +
+           " at " + std::to_string(pos0) + (gated ? " gated" : "") + (probs ? " probs" : "") + (ramp > 0.0f ? " ramp" : "");
+  }
+};
+
+static void check_spans(Ctx& c, const SpanShape& a) {
+  const int total = a.pos0 + a.n;
+  const gpu::AttentionSplit split = gpu::attention_split(size_t(a.n), size_t(total), size_t(a.kv));
+  const bool half = c.gpu.precision() == gpu::Precision::F16 && half_spans(a.heads, a.kv, a.probs);
+  c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
+            std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + ", " + std::to_string(split.splits) + " spans of " +
+            std::to_string(split.span) + (a.ramp > 0.0f ? ", growing scores" : "");
+  const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
+  const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
+  std::vector<float> keys = c.rng.normals(size_t(total) * kvw);
+  for (size_t j = 0; j < size_t(total); ++j)
+    for (size_t i = 0; i < kvw; ++i) keys[j * kvw + i] *= 1.0f + a.ramp * float(j % 64) / 8.0f;
+  Pair q = c.floats(c.rng.normals(width)), kc = c.floats(keys);
+  Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+  Pair gate = c.floats(c.rng.normals(width, 2.0f));
+  const size_t probs_size = size_t(a.heads) * a.n * total;
+  Pair probs = c.zeros(probs_size);
+  const gpu::kernels::Id build = half ? half_build(a.dim) : split_build(a.heads, a.kv);
+  const uint64_t partial0 = c.launches(build);
+  const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
+  c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
+                  a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
+  c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
+                  a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
+  const uint64_t partials = c.launches(build) - partial0;
+  const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
+  if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
+    throw Failure(std::string("expected the ") + (half ? "half " : "fp32 ") + "split-K kernel" +
+                  (split.splits > 1 ? " and a combine per launch" : " alone") + ", got " + std::to_string(partials) + " and " +
+                  std::to_string(combines));
+  c.expect_close("attention out", out, width, half ? kHalfTolerance : 1e-5f);
+  if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
+}
+
 void add_attention_cases(Cases& all) {
   const CaseAdder add{all};
 
@@ -166,49 +214,18 @@ void add_attention_cases(Cases& all) {
   // per launch), GQA groups of 1, 8 (attention_partial's largest), 12 and 16 (attention_partial_wide),
   // head dims 256 and small ones, the softmax weights (they read the lse), and prompts of 65 tokens (the
   // fp32 precision's prefill). Exact fp32 arithmetic: the split-K tolerance, 1e-5.
-  struct SplitShape {
-    int heads, kv, dim, n, pos0;
-    bool gated, probs;
-  };
-  for (SplitShape a : {SplitShape{8, 1, 256, 1, 0, true, false}, SplitShape{8, 1, 256, 1, 14, true, false},
-                       SplitShape{16, 2, 256, 1, 15, false, false}, SplitShape{2, 2, 32, 1, 16, true, false},
-                       SplitShape{8, 1, 32, 3, 297, true, true}, SplitShape{16, 2, 256, 1, 4999, true, false},
-                       SplitShape{2, 2, 32, 1, 3000, false, false}, SplitShape{8, 1, 48, 8, 2000, true, false},
-                       SplitShape{8, 2, 64, 2, 700, true, true}, SplitShape{8, 1, 32, 65, 100, true, false},
-                       SplitShape{16, 2, 256, 65, 0, true, false}, SplitShape{2, 2, 128, 15, 1000, false, false},
-                       SplitShape{16, 1, 256, 1, 300, true, false}, SplitShape{12, 1, 64, 3, 700, true, true},
-                       SplitShape{8, 1, 256, 1, 5000, false, false}})
-    add("attention_split " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
-            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : ""),
-        [a](Ctx& c) {
-          const int total = a.pos0 + a.n;
-          const gpu::AttentionSplit split = gpu::attention_split(size_t(a.n), size_t(total), size_t(a.kv));
-          c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
-                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + ", " + std::to_string(split.splits) +
-                    " spans of " + std::to_string(split.span);
-          const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
-          const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
-          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(c.rng.normals(size_t(total) * kvw));
-          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
-          Pair gate = c.floats(c.rng.normals(width, 2.0f));
-          const size_t probs_size = size_t(a.heads) * a.n * total;
-          Pair probs = c.zeros(probs_size);
-          const gpu::kernels::Id build = split_build(a.heads, a.kv);
-          const uint64_t partial0 = c.launches(build);
-          const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
-          const ExactGpu exact(c.gpu);
-          c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
-                          a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
-          c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
-                          a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
-          const uint64_t partials = c.launches(build) - partial0;
-          const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
-          if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
-            throw Failure("expected the split-K kernel" + std::string(split.splits > 1 ? " and a combine per launch" : " alone") +
-                          ", got " + std::to_string(partials) + " and " + std::to_string(combines));
-          c.expect_close("attention out", out, width, 1e-5f);
-          if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
-        });
+  for (SpanShape a : {SpanShape{8, 1, 256, 1, 0, true, false}, SpanShape{8, 1, 256, 1, 14, true, false},
+                      SpanShape{16, 2, 256, 1, 15, false, false}, SpanShape{2, 2, 32, 1, 16, true, false},
+                      SpanShape{8, 1, 32, 3, 297, true, true}, SpanShape{16, 2, 256, 1, 4999, true, false},
+                      SpanShape{2, 2, 32, 1, 3000, false, false}, SpanShape{8, 1, 48, 8, 2000, true, false},
+                      SpanShape{8, 2, 64, 2, 700, true, true}, SpanShape{8, 1, 32, 65, 100, true, false},
+                      SpanShape{16, 2, 256, 65, 0, true, false}, SpanShape{2, 2, 128, 15, 1000, false, false},
+                      SpanShape{16, 1, 256, 1, 300, true, false}, SpanShape{12, 1, 64, 3, 700, true, true},
+                      SpanShape{8, 1, 256, 1, 5000, false, false}})
+    add("attention_split " + a.name(), [a](Ctx& c) {
+      const ExactGpu exact(c.gpu);
+      check_spans(c, a);
+    });
 
   // The same spans at the fp16 precision, on the matrix units (attention_partial_half_<head dim>): one span
   // that writes the output itself (contexts of 1 to 16 keys) or several and the combine; ragged last
@@ -218,54 +235,14 @@ void add_attention_cases(Cases& all) {
   // scores grow along every 64 keys, so that maxima move inside spans of several blocks and the
   // accumulator is rescaled (without the rescale those cases fail). A group of 12 and the softmax weights
   // stay on the fp32 kernels at fp16 too.
-  struct HalfShape {
-    int heads, kv, dim, n, pos0;
-    bool gated, probs;
-    float ramp;
-  };
-  for (HalfShape a : {HalfShape{8, 1, 256, 1, 0, true, false, 0.0f}, HalfShape{8, 1, 256, 1, 15, true, false, 0.0f},
-                      HalfShape{16, 2, 256, 1, 16, false, false, 0.0f}, HalfShape{16, 2, 256, 1, 4999, true, false, 0.0f},
-                      HalfShape{16, 2, 256, 1, 4999, false, false, 1.0f}, HalfShape{2, 2, 32, 1, 300, false, false, 0.0f},
-                      HalfShape{8, 1, 32, 3, 297, true, false, 0.0f}, HalfShape{6, 2, 64, 2, 3000, true, false, 1.0f},
-                      HalfShape{2, 2, 128, 15, 1000, false, false, 0.0f}, HalfShape{8, 1, 64, 1, 16, true, false, 0.0f},
-                      HalfShape{12, 1, 64, 3, 700, true, false, 0.0f}, HalfShape{8, 2, 64, 2, 700, true, true, 0.0f},
-                      HalfShape{8, 1, 256, 1, 5000, true, false, 0.0f}})
-    add("attention_half " + std::to_string(a.heads) + "/" + std::to_string(a.kv) + "x" + std::to_string(a.dim) + " n" +
-            std::to_string(a.n) + " at " + std::to_string(a.pos0) + (a.gated ? " gated" : "") + (a.probs ? " probs" : "") +
-            (a.ramp > 0.0f ? " ramp" : ""),
-        [a](Ctx& c) {
-          const int total = a.pos0 + a.n;
-          const gpu::AttentionSplit split = gpu::attention_split(size_t(a.n), size_t(total), size_t(a.kv));
-          c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
-                    std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + ", " + std::to_string(split.splits) +
-                    " spans of " + std::to_string(split.span) + (a.ramp > 0.0f ? ", growing scores" : "");
-          const AttentionShape s{a.heads, a.kv, a.dim, a.dim / 4, a.gated, 1e7f, 1e-6f};
-          const size_t kvw = size_t(a.kv) * a.dim, width = size_t(a.n) * a.heads * a.dim;
-          std::vector<float> keys = c.rng.normals(size_t(total) * kvw);
-          for (size_t j = 0; j < size_t(total); ++j)
-            for (size_t i = 0; i < kvw; ++i) keys[j * kvw + i] *= 1.0f + a.ramp * float(j % 64) / 8.0f;
-          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(keys);
-          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
-          Pair gate = c.floats(c.rng.normals(width, 2.0f));
-          const size_t probs_size = size_t(a.heads) * a.n * total;
-          Pair probs = c.zeros(probs_size);
-          const bool half = half_spans(a.heads, a.kv, a.probs);
-          const gpu::kernels::Id build = half ? half_build(a.dim) : split_build(a.heads, a.kv);
-          const uint64_t partial0 = c.launches(build);
-          const uint64_t combine0 = c.launches(gpu::kernels::attention_combine::id);
-          c.cpu.attention(View(q.cpu.get()), View(kc.cpu.get()), View(vc.cpu.get()), a.n, a.pos0, s, View(out.cpu.get()),
-                          a.probs ? View(probs.cpu.get()) : View(), a.gated ? View(gate.cpu.get()) : View());
-          c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), a.n, a.pos0, s, View(out.gpu.get()),
-                          a.probs ? View(probs.gpu.get()) : View(), a.gated ? View(gate.gpu.get()) : View());
-          const uint64_t partials = c.launches(build) - partial0;
-          const uint64_t combines = c.launches(gpu::kernels::attention_combine::id) - combine0;
-          if (partials == 0 || combines != (split.splits > 1 ? partials : 0))
-            throw Failure(std::string("expected the ") + (half ? "half " : "fp32 ") + "split-K kernel" +
-                          (split.splits > 1 ? " and a combine per launch" : " alone") + ", got " + std::to_string(partials) +
-                          " and " + std::to_string(combines));
-          c.expect_close("attention out", out, width, half ? kHalfTolerance : 1e-5f);
-          if (a.probs) c.expect_close("attention probs", probs, probs_size, 1e-5f);
-        });
+  for (SpanShape a : {SpanShape{8, 1, 256, 1, 0, true, false}, SpanShape{8, 1, 256, 1, 15, true, false},
+                      SpanShape{16, 2, 256, 1, 16, false, false}, SpanShape{16, 2, 256, 1, 4999, true, false},
+                      SpanShape{16, 2, 256, 1, 4999, false, false, 1.0f}, SpanShape{2, 2, 32, 1, 300, false, false},
+                      SpanShape{8, 1, 32, 3, 297, true, false}, SpanShape{6, 2, 64, 2, 3000, true, false, 1.0f},
+                      SpanShape{2, 2, 128, 15, 1000, false, false}, SpanShape{8, 1, 64, 1, 16, true, false},
+                      SpanShape{12, 1, 64, 3, 700, true, false}, SpanShape{8, 2, 64, 2, 700, true, true},
+                      SpanShape{8, 1, 256, 1, 5000, true, false}})
+    add("attention_half " + a.name(), [a](Ctx& c) { check_spans(c, a); });
 
   // The split rule itself: spans of whole blocks, at least the minimum span, covering the keys with no
   // empty span, at most ATTN_MAX_SPLITS, and more than one span only while the launch is short of the
