@@ -170,9 +170,9 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
           .grid(p.splits, p.kv_heads, p.n).threads(ATTN_HALF_THREADS).run();
     else
       Call(*this, G <= ATTN_PARTIAL_GROUP ? ap::id : apw::id).buf(ap::q, q).buf(ap::k_cache, k_cache).buf(ap::v_cache, v_cache)
-        .opt(ap::part_ml, one ? View() : View(attn_ml_.get())).opt(ap::part_o, one ? View() : View(attn_o_.get()))
-        .opt(ap::out, one ? out : View()).opt(ap::lse, one ? View(attn_lse_.get()) : View())
-        .opt(ap::gate, one ? gate : View()).params(ap::p, p).grid(p.splits, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
+          .opt(ap::part_ml, one ? View() : View(attn_ml_.get())).opt(ap::part_o, one ? View() : View(attn_o_.get()))
+          .opt(ap::out, one ? out : View()).opt(ap::lse, one ? View(attn_lse_.get()) : View())
+          .opt(ap::gate, one ? gate : View()).params(ap::p, p).grid(p.splits, p.kv_heads, p.n).threads(REDUCE_THREADS).run();
     if (!one) {
       namespace ac = k::attention_combine;
       Call(*this, ac::id).buf(ac::part_ml, attn_ml_.get()).buf(ac::part_o, attn_o_.get()).buf(ac::out, out)
