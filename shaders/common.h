@@ -75,6 +75,25 @@ inline float word_dot(bool q4, uint v, float a, float b, float c, float d, float
             : unpack(v, 0u, 255u) * a + unpack(v, 8u, 255u) * b + unpack(v, 16u, 255u) * c + unpack(v, 24u, 255u) * d;
 }
 
+// The addresses of a block of GEMV_ROWS rows from row0 (rows past count clamped to the last: their
+// products are not stored): the weights' bytes, and the rows of bf16 scales and biases.
+struct AffineRows {
+  device const uchar* q[GEMV_ROWS];
+  device const ushort* s[GEMV_ROWS];
+  device const ushort* b[GEMV_ROWS];
+};
+inline AffineRows affine_rows(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
+                              device const uchar* biases, uint row0, uint count) {
+  AffineRows rows;
+  for (uint r = 0; r < GEMV_ROWS; ++r) {
+    const ulong row = ulong(row0 + min(r, count - 1u));
+    rows.q[r] = data + row * w.row_bytes;
+    rows.s[r] = (device const ushort*)(scales + row * w.scale_row_bytes);
+    rows.b[r] = (device const ushort*)(biases + row * w.scale_row_bytes);
+  }
+  return rows;
+}
+
 // rows_dot (below) for MLX affine weights (4-bit when Q4, else 8-bit) with bf16 scales and biases and
 // 16-byte aligned x, the checkpoints' form: the same products and sums in the same order, with the
 // rows' addresses taken once and no format or scale-type switches per word (the GEMV is bound by
@@ -84,15 +103,7 @@ inline void rows_dot_affine_bf16(constant WeightDesc& w, device const uchar* dat
                                  device const uchar* biases, uint row0, uint count, device const float* x, uint lane,
                                  uint part, uint parts, thread float* acc) {
   const uint words = w.row_bytes / 4u, step = 32u * parts;
-  device const uint* q_row[GEMV_ROWS];
-  device const ushort* s_row[GEMV_ROWS];
-  device const ushort* b_row[GEMV_ROWS];
-  for (uint r = 0; r < GEMV_ROWS; ++r) {
-    const ulong row = ulong(row0 + min(r, count - 1u));
-    q_row[r] = (device const uint*)(data + row * w.row_bytes);
-    s_row[r] = (device const ushort*)(scales + row * w.scale_row_bytes);
-    b_row[r] = (device const ushort*)(biases + row * w.scale_row_bytes);
-  }
+  const AffineRows rows = affine_rows(w, data, scales, biases, row0, count);
   device const float4* x4 = (device const float4*)x;
   for (uint w0 = 32u * part + lane; w0 < words; w0 += step * GEMV_UNROLL) {
     uint q[GEMV_UNROLL][GEMV_ROWS];
@@ -100,9 +111,9 @@ inline void rows_dot_affine_bf16(constant WeightDesc& w, device const uchar* dat
     for (uint u = 0; u < GEMV_UNROLL; ++u) {
       const uint wi = min(w0 + step * u, words - 1u), group = wi >> w.group_shift;
       for (uint r = 0; r < GEMV_ROWS; ++r) {
-        q[u][r] = q_row[r][wi];
-        sc[u][r] = bf16_bits_to_float(s_row[r][group]);
-        bi[u][r] = bf16_bits_to_float(b_row[r][group]);
+        q[u][r] = ((device const uint*)rows.q[r])[wi];
+        sc[u][r] = bf16_bits_to_float(rows.s[r][group]);
+        bi[u][r] = bf16_bits_to_float(rows.b[r][group]);
       }
     }
     for (uint u = 0; u < GEMV_UNROLL; ++u) {
@@ -293,25 +304,17 @@ inline void rows_dot_int16(constant WeightDesc& w, device const uchar* data, dev
                            device const float2* de, uint lane, uint part, uint parts, thread float* acc) {
   for (uint r = 0; r < GEMV_ROWS; ++r) acc[r] = 0.0f;
   const uint blocks = w.cols / INT16_BLOCK, step = 32u * parts;
-  device const uint4* q_row[GEMV_ROWS];
-  device const ushort* s_row[GEMV_ROWS];
-  device const ushort* b_row[GEMV_ROWS];
-  for (uint r = 0; r < GEMV_ROWS; ++r) {
-    const ulong row = ulong(row0 + min(r, count - 1u));
-    q_row[r] = (device const uint4*)(data + row * w.row_bytes);
-    s_row[r] = (device const ushort*)(scales + row * w.scale_row_bytes);
-    b_row[r] = (device const ushort*)(biases + row * w.scale_row_bytes);
-  }
+  const AffineRows rows = affine_rows(w, data, scales, biases, row0, count);
   for (uint j0 = 32u * part + lane; j0 < blocks; j0 += step * GEMV_UNROLL) {
     uint4 q[GEMV_UNROLL][GEMV_ROWS];
     float sc[GEMV_UNROLL][GEMV_ROWS], bi[GEMV_UNROLL][GEMV_ROWS];
     for (uint u = 0; u < GEMV_UNROLL; ++u) {  // loads first, clamped to the last block (masked below)
       const uint j = min(j0 + step * u, blocks - 1u), group = (4u * j) >> w.group_shift;
       for (uint r = 0; r < GEMV_ROWS; ++r) {
-        const uint4 words = q_row[r][j];  // (the strict address-space build copies device vectors by construction)
+        const uint4 words = ((device const uint4*)rows.q[r])[j];  // (the strict address-space build copies device vectors by construction)
         q[u][r] = words;
-        sc[u][r] = bf16_bits_to_float(s_row[r][group]);
-        bi[u][r] = bf16_bits_to_float(b_row[r][group]);
+        sc[u][r] = bf16_bits_to_float(rows.s[r][group]);
+        bi[u][r] = bf16_bits_to_float(rows.b[r][group]);
       }
     }
     for (uint u = 0; u < GEMV_UNROLL; ++u) {

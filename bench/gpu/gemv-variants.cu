@@ -332,68 +332,34 @@ struct Shape {
   int rows, cols;
 };
 
-// Q: x quantised to int8 per group of 64 (llama.cpp's q8_1 idea) before the GEMV; each word's low and
-// high nibbles against the group's even and odd columns of x (packed so by the quantiser) in two dp4a,
-// scale · dx · Σq·xq + bias · Σx (Σx of the word's 8 columns, exact). C: the word count per lane
-// (1: a word as B; 4: a 16-byte chunk, half a group, summed in int before one conversion).
-template <int R, int C>
-__global__ void gemv_q(Mat m, const uint2* xq, const float* dx, const float* xs, float* y) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
-  if (row0 >= m.rows) return;
-  const int words = m.cols / 8, gpr = m.cols / kGroup, chunks = words / C;
-  float acc[R] = {};
-  for (int c0 = lane; c0 < chunks; c0 += 64) {
-    uint32_t q[2][R][C];
-    float sc[2][R], bi[2][R];
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int ci = min(c0 + 32 * u, chunks - 1), row = min(row0 + r, m.rows - 1), g = ci * C * 8 / kGroup;
-        const uint32_t* src = reinterpret_cast<const uint32_t*>(m.w + size_t(row) * (m.cols / 2)) + ci * C;
-        if constexpr (C == 4) {
-          const uint4 v = *reinterpret_cast<const uint4*>(src);
-          q[u][r][0] = v.x, q[u][r][C > 1 ? 1 : 0] = v.y, q[u][r][C > 2 ? 2 : 0] = v.z, q[u][r][C > 3 ? 3 : 0] = v.w;
-        } else {
-          q[u][r][0] = src[0];
-        }
-        sc[u][r] = bf(m.s[size_t(row) * gpr + g]);
-        bi[u][r] = bf(m.b[size_t(row) * gpr + g]);
-      }
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int ci = c0 + 32 * u;
-      if (ci >= chunks) break;
-      uint2 xv[C];
-      float xsum = 0;
-#pragma unroll
-      for (int k = 0; k < C; ++k) xv[k] = xq[ci * C + k], xsum += xs[ci * C + k];
-      const float d = dx[ci * C * 8 / kGroup];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        int dot = 0;
-#pragma unroll
-        for (int k = 0; k < C; ++k) {
-          dot = __dp4a(int(q[u][r][k] & 0x0F0F0F0Fu), int(xv[k].x), dot);
-          dot = __dp4a(int((q[u][r][k] >> 4) & 0x0F0F0F0Fu), int(xv[k].y), dot);
-        }
-        acc[r] += sc[u][r] * d * float(dot) + bi[u][r] * xsum;
-      }
-    }
+// The integer variants' activation words. Q: x quantised to int8 per group of 64 (llama.cpp's q8_1
+// idea); each word's low and high nibbles against the group's even and odd columns of x (packed so by
+// the quantiser) in two dp4a. P: x in int16 per group of 64 (32,767 at the group's largest |x|); four
+// dp2a per word, each two 16-bit x against two of the word's nibbles spread to bytes (x packed per word
+// as [x0|x2] [x4|x6] [x1|x3] [x5|x7]).
+struct Int8Words {
+  using X = uint2;
+  __device__ static int dot(uint32_t q, X x, int acc) {
+    acc = __dp4a(int(q & 0x0F0F0F0Fu), int(x.x), acc);
+    return __dp4a(int((q >> 4) & 0x0F0F0F0Fu), int(x.y), acc);
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float v = warp_sum(acc[r]);
-    if (lane == 0 && row0 + r < m.rows) y[row0 + r] = v;
+};
+struct Int16Words {
+  using X = uint4;
+  __device__ static int dot(uint32_t q, X x, int acc) {
+    const uint32_t lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+    acc = __dp2a_lo(int(x.x), int(lo), acc);
+    acc = __dp2a_hi(int(x.y), int(lo), acc);
+    acc = __dp2a_lo(int(x.z), int(hi), acc);
+    return __dp2a_hi(int(x.w), int(hi), acc);
   }
-}
+};
 
-// P: as Q with x in int16 per group of 64 (32,767 at the group's largest |x|): four dp2a per word, each
-// two 16-bit x against two of the word's nibbles spread to bytes (x packed per word as [x0|x2] [x4|x6]
-// [x1|x3] [x5|x7]).
-template <int R, int C>
-__global__ void gemv_p(Mat m, const uint4* xq, const float* dx, const float* xs, float* y) {
+// Q and P: the integer GEMV on activation words W (Int8Words, Int16Words): scale · dx · Σq·xq + bias · Σx
+// (Σx of the word's 8 columns, exact). C: the word count per lane (1: a word as B; 4: a 16-byte chunk,
+// half a group, summed in int before one conversion).
+template <class W, int R, int C>
+__global__ void gemv_int(Mat m, const typename W::X* xq, const float* dx, const float* xs, float* y) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * R;
   if (row0 >= m.rows) return;
@@ -421,7 +387,7 @@ __global__ void gemv_p(Mat m, const uint4* xq, const float* dx, const float* xs,
     for (int u = 0; u < 2; ++u) {
       const int ci = c0 + 32 * u;
       if (ci >= chunks) break;
-      uint4 xv[C];
+      typename W::X xv[C];
       float xsum = 0;
 #pragma unroll
       for (int k = 0; k < C; ++k) xv[k] = xq[ci * C + k], xsum += xs[ci * C + k];
@@ -430,13 +396,7 @@ __global__ void gemv_p(Mat m, const uint4* xq, const float* dx, const float* xs,
       for (int r = 0; r < R; ++r) {
         int dot = 0;
 #pragma unroll
-        for (int k = 0; k < C; ++k) {
-          const uint32_t lo = q[u][r][k] & 0x0F0F0F0Fu, hi = (q[u][r][k] >> 4) & 0x0F0F0F0Fu;
-          dot = __dp2a_lo(int(xv[k].x), int(lo), dot);
-          dot = __dp2a_hi(int(xv[k].y), int(lo), dot);
-          dot = __dp2a_lo(int(xv[k].z), int(hi), dot);
-          dot = __dp2a_hi(int(xv[k].w), int(hi), dot);
-        }
+        for (int k = 0; k < C; ++k) dot = W::dot(q[u][r][k], xv[k], dot);
         acc[r] += sc[u][r] * d * float(dot) + bi[u][r] * xsum;
       }
     }
@@ -586,16 +546,16 @@ int main() {
     bench("I R=1 chunk half2", [&](Mat m) { gemv_i<1><<<(M + 3) / 4, 128>>>(m, x, y); });
     bench("I R=2 chunk half2", [&](Mat m) { gemv_i<2><<<(M + 7) / 8, 128>>>(m, x, y); });
     bench("I R=4 chunk half2", [&](Mat m) { gemv_i<4><<<(M + 15) / 16, 128>>>(m, x, y); });
-    bench("Q R=2 word int8", [&](Mat m) { gemv_q<2, 1><<<(M + 7) / 8, 128>>>(m, dq, ddx, dxs, y); });
-    bench("Q R=4 word int8", [&](Mat m) { gemv_q<4, 1><<<(M + 15) / 16, 128>>>(m, dq, ddx, dxs, y); });
-    bench("Q R=2 chunk int8", [&](Mat m) { gemv_q<2, 4><<<(M + 7) / 8, 128>>>(m, dq, ddx, dxs, y); });
-    bench("Q R=4 chunk int8", [&](Mat m) { gemv_q<4, 4><<<(M + 15) / 16, 128>>>(m, dq, ddx, dxs, y); });
-    bench("Q R=1 chunk int8", [&](Mat m) { gemv_q<1, 4><<<(M + 3) / 4, 128>>>(m, dq, ddx, dxs, y); });
-    bench("P R=2 word int16", [&](Mat m) { gemv_p<2, 1><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
-    bench("P R=4 word int16", [&](Mat m) { gemv_p<4, 1><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
-    bench("P R=2 chunk int16", [&](Mat m) { gemv_p<2, 4><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
-    bench("P R=4 chunk int16", [&](Mat m) { gemv_p<4, 4><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
-    bench("P R=1 chunk int16", [&](Mat m) { gemv_p<1, 4><<<(M + 3) / 4, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("Q R=2 word int8", [&](Mat m) { gemv_int<Int8Words, 2, 1><<<(M + 7) / 8, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=4 word int8", [&](Mat m) { gemv_int<Int8Words, 4, 1><<<(M + 15) / 16, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=2 chunk int8", [&](Mat m) { gemv_int<Int8Words, 2, 4><<<(M + 7) / 8, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=4 chunk int8", [&](Mat m) { gemv_int<Int8Words, 4, 4><<<(M + 15) / 16, 128>>>(m, dq, ddx, dxs, y); });
+    bench("Q R=1 chunk int8", [&](Mat m) { gemv_int<Int8Words, 1, 4><<<(M + 3) / 4, 128>>>(m, dq, ddx, dxs, y); });
+    bench("P R=2 word int16", [&](Mat m) { gemv_int<Int16Words, 2, 1><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=4 word int16", [&](Mat m) { gemv_int<Int16Words, 4, 1><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=2 chunk int16", [&](Mat m) { gemv_int<Int16Words, 2, 4><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=4 chunk int16", [&](Mat m) { gemv_int<Int16Words, 4, 4><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
+    bench("P R=1 chunk int16", [&](Mat m) { gemv_int<Int16Words, 1, 4><<<(M + 3) / 4, 128>>>(m, dq16, ddx16, dxs, y); });
     for (Mat& m : mats) cudaFree(const_cast<uint8_t*>(m.w)), cudaFree(const_cast<uint16_t*>(m.s)), cudaFree(const_cast<uint16_t*>(m.b));
     cudaFree(x);
     cudaFree(dq), cudaFree(ddx), cudaFree(dxs), cudaFree(dq16), cudaFree(ddx16);

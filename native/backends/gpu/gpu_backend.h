@@ -161,8 +161,12 @@ class GpuBackend final : public Backend {
   // that norm's output, else quantize_int16 into int16_x_.
   View int16_rows(View x, int n, uint32_t cols, View& de);
   // Whether a norm of count values in rows of dim also writes them as int16 blocks (fp16 decode), and
-  // where: norm_int16_ then describes them.
-  bool norm_writes_int16(size_t count, int dim);
+  // where (xq, de): norm_int16_ then describes them.
+  bool norm_writes_int16(size_t count, int dim, View& xq, View& de);
+  // count values as int16 blocks in one buffer: their words (count / 2 floats' room), then each block's
+  // (d, d · Σq). The buffer's size in floats, and where the pairs start.
+  static size_t int16_floats(size_t count) { return count / 2 + count / INT16_BLOCK * 2; }
+  static View int16_scales(GpuBuffer* blocks, size_t count) { return View(blocks, count / 2); }
   // The last norm's output is no longer what its int16 form holds if a call wrote into it.
   void written(View out, size_t count);
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).

@@ -96,11 +96,11 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
 View GpuBackend::int16_rows(View x, int n, uint32_t cols, View& de) {
   const size_t count = size_t(n) * cols;
   if (norm_int16_.valid && norm_int16_.out.buf == x.buf && norm_int16_.out.offset == x.offset && norm_int16_.count == count) {
-    de = View(norm_int16_buf_.get(), count / 2);
+    de = int16_scales(norm_int16_buf_.get(), count);
     return View(norm_int16_buf_.get());
   }
-  scratch(int16_x_, count / 2 + count / INT16_BLOCK * 2);
-  de = View(int16_x_.get(), count / 2);
+  scratch(int16_x_, int16_floats(count));
+  de = int16_scales(int16_x_.get(), count);
   namespace q = k::quantize_int16;
   const shader::QuantizeParams p{u32(size_t(n), "tokens"), cols};
   Call(*this, q::id).buf(q::x, x).buf(q::xq, View(int16_x_.get())).buf(q::de, de).params(q::p, p)

@@ -6,10 +6,11 @@
 
 namespace moelens::gpu {
 
-bool GpuBackend::norm_writes_int16(size_t count, int dim) {
+bool GpuBackend::norm_writes_int16(size_t count, int dim, View& xq, View& de) {
   norm_int16_.valid = false;
   if (precision_ != Precision::F16 || prompt_ || dim % int(INT16_BLOCK) != 0) return false;
-  scratch(norm_int16_buf_, count / 2 + count / INT16_BLOCK * 2);
+  scratch(norm_int16_buf_, int16_floats(count));
+  xq = View(norm_int16_buf_.get()), de = int16_scales(norm_int16_buf_.get(), count);
   return true;
 }
 
@@ -17,10 +18,10 @@ void GpuBackend::rms_norm(View x, View weight, int rows, int dim, float eps, Vie
   std::unique_lock<std::recursive_mutex> lock(mu_);
   const size_t count = size_t(rows) * size_t(dim);
   // First, since growing the blocks' buffer releases the old one, and a release dispatches a deferred add.
-  const bool int16 = norm_writes_int16(count, dim);
+  View xq, de;
+  const bool int16 = norm_writes_int16(count, dim, xq, de);
   const bool fused = add_.active && add_.a.buf == x.buf && add_.a.offset == x.offset && add_.count == count;
   if (!fused) flush_add();
-  const View xq = int16 ? View(norm_int16_buf_.get()) : View(), de = int16 ? View(norm_int16_buf_.get(), count / 2) : View();
   if (fused) {
     add_.active = false;
     shader::AddNormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, weight ? 1u : 0u, add_.scale, int16 ? 1u : 0u};
@@ -41,8 +42,8 @@ void GpuBackend::gated_rms_norm(View x, View z, View weight, int rows, int dim, 
   if (dim <= 0 || size_t(dim) > 32 * NORM_MAX_PER_THREAD)
     fail("gpu backend: gated RMSNorm over rows of ", dim, " (the kernel takes up to ", 32 * NORM_MAX_PER_THREAD, ")");
   const size_t count = size_t(rows) * size_t(dim);
-  const bool int16 = norm_writes_int16(count, dim);
-  const View xq = int16 ? View(norm_int16_buf_.get()) : View(), de = int16 ? View(norm_int16_buf_.get(), count / 2) : View();
+  View xq, de;
+  const bool int16 = norm_writes_int16(count, dim, xq, de);
   shader::NormParams p{u32(size_t(rows), "rows"), u32(size_t(dim), "dim"), eps, 1u, int16 ? 1u : 0u};
   namespace g = k::gated_rms_norm;
   Call(*this, g::id).buf(g::x, x).buf(g::z, z).buf(g::weight, weight).buf(g::out, out).opt(g::xq, xq).opt(g::de, de)
