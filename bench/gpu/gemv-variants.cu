@@ -408,6 +408,23 @@ __global__ void gemv_int(Mat m, const typename W::X* xq, const float* dx, const 
   }
 }
 
+// x quantised per group of kGroup columns to integers T within ±qmax (dx: each group's step), each word's
+// 8 columns stored as its even columns 0, 2, 4, 6, then its odd ones (the order the variants multiply in).
+template <class T>
+void quantise_groups(const std::vector<float>& x, float qmax, std::vector<T>& q, std::vector<float>& dx) {
+  q.assign(x.size(), 0);
+  dx.assign(x.size() / kGroup, 0.f);
+  for (size_t g = 0; g < dx.size(); ++g) {
+    float mx = 0;
+    for (int i = 0; i < kGroup; ++i) mx = std::max(mx, std::fabs(x[g * kGroup + i]));
+    dx[g] = mx / qmax;
+    for (int i = 0; i < kGroup; ++i) {
+      const size_t c = g * kGroup + i, w = c / 8, j = c % 8;
+      q[8 * w + (j % 2) * 4 + j / 2] = T(std::nearbyint(x[c] / dx[g]));
+    }
+  }
+}
+
 int main() {
   const Shape shapes[] = {{"deltanet in-proj 12352x2048", 12352, 2048},
                           {"out-proj 2048x4096", 2048, 4096},
@@ -445,18 +462,9 @@ int main() {
     CHECK(cudaMalloc(&y, size_t(sh.rows) * 4));
     CHECK(cudaMemcpy(x, hx.data(), sh.cols * 4, cudaMemcpyHostToDevice));
     // The same in int16: per word [x0|x2] [x4|x6] [x1|x3] [x5|x7].
-    std::vector<uint16_t> hq16(sh.cols);
-    std::vector<float> hdx16(sh.cols / kGroup);
-    for (int g = 0; g < sh.cols / kGroup; ++g) {
-      float mx = 0;
-      for (int i = 0; i < kGroup; ++i) mx = std::max(mx, std::fabs(hx[g * kGroup + i]));
-      hdx16[g] = mx / 32767.f;
-      for (int i = 0; i < kGroup; ++i) {
-        const int c = g * kGroup + i, w = c / 8, j = c % 8;
-        const int slot = (j % 2) * 4 + (j / 2);  // even columns 0,2,4,6 then odd 1,3,5,7
-        hq16[8 * w + slot] = uint16_t(int16_t(std::nearbyint(hx[c] / hdx16[g])));
-      }
-    }
+    std::vector<int16_t> hq16;
+    std::vector<float> hdx16;
+    quantise_groups(hx, 32767.f, hq16, hdx16);
     uint4* dq16;
     float* ddx16;
     CHECK(cudaMalloc(&dq16, sh.cols * 2));
@@ -466,17 +474,9 @@ int main() {
     std::vector<float> ref(sh.rows), got(sh.rows);
     std::printf("%s: %.1f MB per matrix, %d copies\n", sh.name, (wb + 2 * sb) / 1e6, copies);
     // x in int8 per group of 64, each word's even columns then its odd ones; dx per group, Σx per word.
-    std::vector<uint8_t> hq(sh.cols);
-    std::vector<float> hdx(sh.cols / kGroup), hxs(sh.cols / 8);
-    for (int g = 0; g < sh.cols / kGroup; ++g) {
-      float mx = 0;
-      for (int i = 0; i < kGroup; ++i) mx = std::max(mx, std::fabs(hx[g * kGroup + i]));
-      hdx[g] = mx / 127.f;
-      for (int i = 0; i < kGroup; ++i) {
-        const int c = g * kGroup + i, w = c / 8, j = c % 8;
-        hq[8 * w + (j % 2) * 4 + j / 2] = uint8_t(int8_t(std::nearbyint(hx[c] / hdx[g])));
-      }
-    }
+    std::vector<int8_t> hq;
+    std::vector<float> hdx, hxs(sh.cols / 8);
+    quantise_groups(hx, 127.f, hq, hdx);
     for (int w = 0; w < sh.cols / 8; ++w) {
       float t = 0;
       for (int j = 0; j < 8; ++j) t += hx[8 * w + j];

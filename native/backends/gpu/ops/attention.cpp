@@ -60,27 +60,18 @@ static_assert(ATTN_HALF_THREADS == 32 * ATTN_HALF_SIMDGROUPS && ATTN_HALF_THREAD
               "attention_partial_half: a thread per (head, key) of a block, a slice of the head per simdgroup");
 static_assert(ATTN_MAX_SPLITS % REDUCE_THREADS == 0, "attention_combine: each thread reads the same number of splits");
 
-// The flash-attention kernel for a head dimension; false when none is built for it.
-bool prefill_kernel(int head_dim, k::Id* id) {
-  switch (head_dim) {
-    case 32: *id = ap32::id; return true;
-    case 64: *id = ap64::id; return true;
-    case 128: *id = ap128::id; return true;
-    case 256: *id = ap256::id; return true;
-    default: return false;
-  }
+// The build of a kernel for a head dimension, among its builds for head dims 32, 64, 128 and 256; false
+// when none is built for it.
+bool head_dim_build(int head_dim, const k::Id (&builds)[4], k::Id* id) {
+  for (int i = 0; i < 4; ++i)
+    if (head_dim == 32 << i) {
+      *id = builds[i];
+      return true;
+    }
+  return false;
 }
-
-// The split-K kernel on the matrix units for a head dimension; false when none is built for it.
-bool half_kernel(int head_dim, k::Id* id) {
-  switch (head_dim) {
-    case 32: *id = ah32::id; return true;
-    case 64: *id = ah64::id; return true;
-    case 128: *id = ah128::id; return true;
-    case 256: *id = ah256::id; return true;
-    default: return false;
-  }
-}
+constexpr k::Id kPrefillBuilds[4] = {ap32::id, ap64::id, ap128::id, ap256::id};  // flash attention
+constexpr k::Id kHalfBuilds[4] = {ah32::id, ah64::id, ah128::id, ah256::id};  // split-K on the matrix units
 }  // namespace
 
 void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
@@ -104,7 +95,7 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   k::Id prefill_id;
   // Tiled prefill: one flash-attention launch. The softmax weights (probs) come from the split-K kernels,
   // which keep each row's log-sum-exp; so do head dims without a tiled kernel.
-  if (tiled(n) && !probs && prefill_kernel(s.head_dim, &prefill_id)) {
+  if (tiled(n) && !probs && head_dim_build(s.head_dim, kPrefillBuilds, &prefill_id)) {
     if (k_cache.offset % 4 != 0 || v_cache.offset % 4 != 0)
       fail("gpu backend: attention KV cache views must start on a 16-byte boundary (float4 loads)");
     shader::AttentionPrefillParams p{};
@@ -152,7 +143,7 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   // The fp16 precision's spans on the matrix units: groups up to the products' 8 columns, head dims with a
   // build; the softmax weights (probs) need the fp32 kernels' log-sum-exp.
   k::Id half_id;
-  const bool half = precision_ == Precision::F16 && !probs && G <= ATTN_HALF_GROUP && half_kernel(s.head_dim, &half_id);
+  const bool half = precision_ == Precision::F16 && !probs && G <= ATTN_HALF_GROUP && head_dim_build(s.head_dim, kHalfBuilds, &half_id);
   if (split.splits > 1) {
     scratch(attn_ml_, block * H * split.splits * 2);
     scratch(attn_o_, block * H * split.splits * D);
