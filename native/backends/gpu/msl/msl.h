@@ -9,8 +9,9 @@
 //   (g++) they are plain qualifiers.
 // - CUDA (nvcc): address spaces are gone (msl-translate rewrote them; pointers are generic),
 //   threadgroup arrays are __shared__, threadgroup_barrier is __syncthreads, simd collectives are
-//   full-mask warp shuffles (the subset requires all 32 lanes to reach them, which is what makes this
-//   mapping valid), and the builtins come from threadIdx/blockIdx.
+//   full-mask warp shuffles or, for 32-bit integer maxima and minima from sm_80, one redux instruction
+//   (the subset requires all 32 lanes to reach them, which is what makes this mapping valid), and the
+//   builtins come from threadIdx/blockIdx.
 //
 // What both targets share is written once below; each target section holds only what differs.
 #pragma once
@@ -320,6 +321,25 @@ MSL_FN T simd_min(T v) {
   for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }
+#if __CUDA_ARCH__ >= 800
+// 32-bit integers reduce in one instruction (redux) from sm_80: the same result as the shuffles.
+template <>
+MSL_FN uint simd_max<uint>(uint v) {
+  return __reduce_max_sync(kFullMask, v);
+}
+template <>
+MSL_FN uint simd_min<uint>(uint v) {
+  return __reduce_min_sync(kFullMask, v);
+}
+template <>
+MSL_FN int simd_max<int>(int v) {
+  return __reduce_max_sync(kFullMask, v);
+}
+template <>
+MSL_FN int simd_min<int>(int v) {
+  return __reduce_min_sync(kFullMask, v);
+}
+#endif
 template <class T>
 MSL_FN T simd_prefix_inclusive_sum(T v) {
   const int lane = threadIdx.x & 31;
