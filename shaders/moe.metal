@@ -4,22 +4,22 @@
 using namespace metal;
 #include "common.h"
 
-// One simdgroup per token, lane l holding experts l, l + 32, ... (ROUTER_MAX_EXPERTS / 32 registers): no
-// threadgroup memory and no barriers, since a decode step waits on this kernel between the router and the
-// experts. probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf
-// forces it into the top-k (its probability is computed without the bias). Bit patterns are compared, so
+// One simdgroup per token, lane l holding experts l, l + 32, ... (PER registers, PER = 8 up to 256
+// experts, else ROUTER_MAX_EXPERTS / 32: a decode step waits on this kernel between the router and the
+// experts, and each of the PER steps is on its path): no threadgroup memory and no barriers.
+// probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf forces it
+// into the top-k (its probability is computed without the bias). Bit patterns are compared, so
 // fast-math cannot fold the infinities away.
 // The top-k in k rounds: an expert's key orders it (forced first, then probability; probabilities in
 // [0, 1] are non-negative floats, whose bit patterns order like their values and leave bit 30 free for
 // "forced"), lower ids win ties. Each round takes the best key of every lane (a lane's experts in id
-// order, so strictly better keeps the lower id), the best over the lanes, the lowest id holding it, and
-// retires that expert (key 0: chosen; live experts hold key + 1, so that probability 0 is still choosable).
-[[max_total_threads_per_threadgroup(32)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
-                  device int* ids [[buffer(2)]], device float* weights [[buffer(3)]],
-                  device float* probs [[buffer(4)]], constant RouteParams& p [[buffer(5)]],
-                  uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
-  constexpr uint PER = ROUTER_MAX_EXPERTS / 32u;
-  static_assert(ROUTER_MAX_EXPERTS % 32u == 0u && ROUTER_MAX_K % 32u == 0u, "whole registers per lane");
+// order, reduced pairwise over neighbouring ranges, so that strictly better keeps the lower id), the
+// best over the lanes, the lowest id holding it, and retires that expert (key 0: chosen; live experts
+// hold key + 1, so that probability 0 is still choosable).
+template <uint PER>
+inline void route_token(device const float* logits, device const float* bias, device int* ids, device float* weights,
+                        device float* probs, constant RouteParams& p, uint lane) {
+  static_assert(PER % 2u == 0u && (PER & (PER - 1u)) == 0u && ROUTER_MAX_K % 32u == 0u, "whole registers per lane");
   const uint E = p.experts;
   float v[PER];
   uint key[PER];
@@ -27,8 +27,8 @@ using namespace metal;
   for (uint i = 0; i < PER; ++i) {  // clamped, unconditional loads
     const uint e = lane + 32u * i, ec = min(e, E - 1u);
     const bool live = e < E;
-    const float bv = p.has_bias != 0u ? bias[ulong(t) * E + ec] : 0.0f;
-    const float lv = logits[ulong(t) * E + ec];
+    const float bv = p.has_bias != 0u ? bias[ec] : 0.0f;
+    const float lv = logits[ec];
     const uint bits = as_type<uint>(bv);
     key[i] = live && bits == 0x7f800000u ? 1u << 30 : 0u;  // forced, until the probability joins it
     v[i] = !live || bits == 0xff800000u ? -INFINITY : key[i] != 0u ? lv : lv + bv;
@@ -44,33 +44,52 @@ using namespace metal;
   for (uint i = 0; i < PER; ++i) {
     const uint e = lane + 32u * i;
     const float prob = sum > 0.0f ? v[i] / sum : 0.0f;
-    if (p.has_probs != 0u && e < E) probs[ulong(t) * E + e] = prob;
+    if (p.has_probs != 0u && e < E) probs[e] = prob;
     key[i] = e < E ? (as_type<uint>(prob) | key[i]) + 1u : 0u;
   }
   float chosen[ROUTER_MAX_K / 32u];  // lane l: the probabilities of ranks l, l + 32
   for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r) chosen[r] = 0.0f;
   float total = 0.0f;  // in rank order, as the CPU backend sums
   for (uint rank = 0; rank < p.k; ++rank) {
-    uint best = 0u, at = 0u;
-    for (uint i = 0; i < PER; ++i) {
-      const bool better = key[i] > best;
-      best = better ? key[i] : best;
-      at = better ? i : at;
+    uint best[PER / 2u], at[PER / 2u];
+    for (uint j = 0; j < PER / 2u; ++j) {
+      const bool right = key[2u * j + 1u] > key[2u * j];
+      best[j] = right ? key[2u * j + 1u] : key[2u * j];
+      at[j] = right ? 2u * j + 1u : 2u * j;
     }
-    const uint top = simd_max(best);
-    const uint id = simd_min(best == top ? lane + 32u * at : 0xffffffffu);
+    for (uint s = 1; s < PER / 2u; s *= 2u)
+      for (uint j = 0; j + s < PER / 2u; j += 2u * s) {
+        const bool right = best[j + s] > best[j];
+        best[j] = right ? best[j + s] : best[j];
+        at[j] = right ? at[j + s] : at[j];
+      }
+    const uint top = simd_max(best[0]);
+    const uint id = simd_min(best[0] == top ? lane + 32u * at[0] : 0xffffffffu);
     for (uint i = 0; i < PER; ++i)
       if (lane + 32u * i == id) key[i] = 0u;
     const float prob = as_type<float>((top - 1u) & ~(1u << 30));
     total += prob;
     for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r)
       if (rank == lane + 32u * r) chosen[r] = prob;
-    if (lane == 0u) ids[ulong(t) * p.k + rank] = int(id);
+    if (lane == 0u) ids[rank] = int(id);
   }
   for (uint r = 0; r < ROUTER_MAX_K / 32u; ++r) {
     const uint rank = lane + 32u * r;
-    if (rank < p.k) weights[ulong(t) * p.k + rank] = p.renormalize != 0u && total > 0.0f ? chosen[r] / total : chosen[r];
+    if (rank < p.k) weights[rank] = p.renormalize != 0u && total > 0.0f ? chosen[r] / total : chosen[r];
   }
+}
+
+// route_token for token t = the threadgroup.
+[[max_total_threads_per_threadgroup(32)]] kernel void route(device const float* logits [[buffer(0)]], device const float* bias [[buffer(1)]],
+                  device int* ids [[buffer(2)]], device float* weights [[buffer(3)]],
+                  device float* probs [[buffer(4)]], constant RouteParams& p [[buffer(5)]],
+                  uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+  static_assert(ROUTER_MAX_EXPERTS % 32u == 0u && ROUTER_MAX_EXPERTS >= 256u, "whole registers per lane");
+  device const float* l = logits + ulong(t) * p.experts;
+  device const float* b = bias + ulong(t) * p.experts;
+  device float* pr = probs + ulong(t) * p.experts;
+  if (p.experts <= 256u) route_token<8u>(l, b, ids + ulong(t) * p.k, weights + ulong(t) * p.k, pr, p, lane);
+  else route_token<ROUTER_MAX_EXPERTS / 32u>(l, b, ids + ulong(t) * p.k, weights + ulong(t) * p.k, pr, p, lane);
 }
 
 // moe_gate_up's input row: x (vec: 16-byte aligned), or with INT16 its int16 blocks xq, de.
