@@ -4,9 +4,9 @@
 using namespace metal;
 #include "common.h"
 
-// One simdgroup per token, lane l holding experts l, l + 32, ... (PER registers, PER = 8 up to 256
-// experts, else ROUTER_MAX_EXPERTS / 32: a decode step waits on this kernel between the router and the
-// experts, and each of the PER steps is on its path): no threadgroup memory and no barriers.
+// One simdgroup per token, lane l holding experts l, l + 32, ... (PER registers: 8 up to 256 experts,
+// else ROUTER_MAX_EXPERTS / 32): no threadgroup memory and no barriers, since a decode step waits on
+// this kernel between the router and the experts (so each step of its chain counts).
 // probabilities = softmax(logits + bias); bias -inf disables an expert (probability 0), +inf forces it
 // into the top-k (its probability is computed without the bias). Bit patterns are compared, so
 // fast-math cannot fold the infinities away.
@@ -84,11 +84,12 @@ inline void route_token(device const float* logits, device const float* bias, de
                   device int* ids [[buffer(2)]], device float* weights [[buffer(3)]],
                   device float* probs [[buffer(4)]], constant RouteParams& p [[buffer(5)]],
                   uint t [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
-  static_assert(ROUTER_MAX_EXPERTS % 32u == 0u && ROUTER_MAX_EXPERTS >= 256u, "whole registers per lane");
+  constexpr uint FEW = 8u;  // registers per lane up to 256 experts (the model's)
+  static_assert(ROUTER_MAX_EXPERTS % 32u == 0u && ROUTER_MAX_EXPERTS / 32u >= FEW, "whole registers per lane");
   device const float* l = logits + ulong(t) * p.experts;
   device const float* b = bias + ulong(t) * p.experts;
   device float* pr = probs + ulong(t) * p.experts;
-  if (p.experts <= 256u) route_token<8u>(l, b, ids + ulong(t) * p.k, weights + ulong(t) * p.k, pr, p, lane);
+  if (p.experts <= 32u * FEW) route_token<FEW>(l, b, ids + ulong(t) * p.k, weights + ulong(t) * p.k, pr, p, lane);
   else route_token<ROUTER_MAX_EXPERTS / 32u>(l, b, ids + ulong(t) * p.k, weights + ulong(t) * p.k, pr, p, lane);
 }
 
