@@ -77,22 +77,29 @@ static void check_spans(Ctx& c, const SpanShape& a) {
 void add_attention_cases(Cases& all) {
   const CaseAdder add{all};
 
-  for (bool gated : {true, false})
-    add(std::string("attention_prep") + (gated ? " gated" : ""), [gated](Ctx& c) {
-      c.shape = "4/2 heads of 64, rotary 16, 3 tokens at 1000";
-      const AttentionShape s{4, 2, 64, 16, gated, 1e7f, 1e-6f};
-      const int n = 3, pos0 = 1000, qw = s.heads * s.head_dim * (gated ? 2 : 1);
-      Pair qg = c.floats(c.rng.normals(size_t(n) * qw)), k = c.floats(c.rng.normals(size_t(n) * s.kv_heads * s.head_dim));
-      Pair qn = c.floats(c.rng.normals(s.head_dim)), kn = c.floats(c.rng.normals(s.head_dim));
-      Pair q = c.zeros(size_t(n) * s.heads * s.head_dim), gate = c.zeros(size_t(n) * s.heads * s.head_dim);
-      c.cpu.attention_prep(View(qg.cpu.get()), View(k.cpu.get()), View(qn.cpu.get()), View(kn.cpu.get()), n, pos0, s,
-                           View(q.cpu.get()), View(gate.cpu.get()));
-      c.gpu.attention_prep(View(qg.gpu.get()), View(k.gpu.get()), View(qn.gpu.get()), View(kn.gpu.get()), n, pos0, s,
-                           View(q.gpu.get()), View(gate.gpu.get()));
-      c.expect_close("attention_prep q", q, size_t(n) * s.heads * s.head_dim, 1e-5f);
-      c.expect_close("attention_prep k", k, size_t(n) * s.kv_heads * s.head_dim, 1e-5f);
-      c.expect_close("attention_prep gate", gate, size_t(n) * s.heads * s.head_dim, 0.0f);
-    });
+  // Head dims 64 with 16 columns rotated, 256 with 64 (the model's), 32 rotated whole and 96 with none:
+  // rotated pairs a few columns apart and a lane's width apart, and a head dim not a multiple of 64.
+  struct PrepShape {
+    int heads, kv, dim, rotary;
+  };
+  for (PrepShape ps : {PrepShape{4, 2, 64, 16}, PrepShape{16, 2, 256, 64}, PrepShape{2, 1, 32, 32}, PrepShape{3, 1, 96, 0}})
+    for (bool gated : {true, false})
+      add(std::string("attention_prep ") + std::to_string(ps.dim) + (gated ? " gated" : ""), [gated, ps](Ctx& c) {
+        c.shape = std::to_string(ps.heads) + "/" + std::to_string(ps.kv) + " heads of " + std::to_string(ps.dim) + ", rotary " +
+                  std::to_string(ps.rotary) + ", 3 tokens at 1000";
+        const AttentionShape s{ps.heads, ps.kv, ps.dim, ps.rotary, gated, 1e7f, 1e-6f};
+        const int n = 3, pos0 = 1000, qw = s.heads * s.head_dim * (gated ? 2 : 1);
+        Pair qg = c.floats(c.rng.normals(size_t(n) * qw)), k = c.floats(c.rng.normals(size_t(n) * s.kv_heads * s.head_dim));
+        Pair qn = c.floats(c.rng.normals(s.head_dim)), kn = c.floats(c.rng.normals(s.head_dim));
+        Pair q = c.zeros(size_t(n) * s.heads * s.head_dim), gate = c.zeros(size_t(n) * s.heads * s.head_dim);
+        c.cpu.attention_prep(View(qg.cpu.get()), View(k.cpu.get()), View(qn.cpu.get()), View(kn.cpu.get()), n, pos0, s,
+                             View(q.cpu.get()), View(gate.cpu.get()));
+        c.gpu.attention_prep(View(qg.gpu.get()), View(k.gpu.get()), View(qn.gpu.get()), View(kn.gpu.get()), n, pos0, s,
+                             View(q.gpu.get()), View(gate.gpu.get()));
+        c.expect_close("attention_prep q", q, size_t(n) * s.heads * s.head_dim, 1e-5f);
+        c.expect_close("attention_prep k", k, size_t(n) * s.kv_heads * s.head_dim, 1e-5f);
+        c.expect_close("attention_prep gate", gate, size_t(n) * s.heads * s.head_dim, 0.0f);
+      });
 
   struct AttnShape {
     int heads, kv, dim, n, pos0;
