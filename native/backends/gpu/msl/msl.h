@@ -323,22 +323,16 @@ MSL_FN T simd_min(T v) {
 }
 #if __CUDA_ARCH__ >= 800
 // 32-bit integers reduce in one instruction (redux) from sm_80: the same result as the shuffles.
-template <>
-MSL_FN uint simd_max<uint>(uint v) {
-  return __reduce_max_sync(kFullMask, v);
-}
-template <>
-MSL_FN uint simd_min<uint>(uint v) {
-  return __reduce_min_sync(kFullMask, v);
-}
-template <>
-MSL_FN int simd_max<int>(int v) {
-  return __reduce_max_sync(kFullMask, v);
-}
-template <>
-MSL_FN int simd_min<int>(int v) {
-  return __reduce_min_sync(kFullMask, v);
-}
+#define MSL_REDUX(fn, redux, T) \
+  template <>               \
+  MSL_FN T fn<T>(T v) {     \
+    return redux(kFullMask, v); \
+  }
+MSL_REDUX(simd_max, __reduce_max_sync, uint)
+MSL_REDUX(simd_min, __reduce_min_sync, uint)
+MSL_REDUX(simd_max, __reduce_max_sync, int)
+MSL_REDUX(simd_min, __reduce_min_sync, int)
+#undef MSL_REDUX
 #endif
 template <class T>
 MSL_FN T simd_prefix_inclusive_sum(T v) {
