@@ -634,21 +634,23 @@ std::string kernels_header(const std::vector<ShaderFile>& files) {
   for (const ShaderFile& f : files)
     for (const Kernel& k : f.kernels) o += "  " + k.name + " = " + std::to_string(count++) + ",\n";
   o += "};\nconstexpr int kCount = " + std::to_string(count) + ";\n\n";
-  o += "struct Info {\n  const char* name;\n  int file;  // index into kSourceNames\n  int params_index;  // -1: none\n  uint32_t buffer_mask;\n  int max_threads;  // per threadgroup\n};\n\n";
+  o += "struct Info {\n  const char* name;\n  int file;  // index into kSourceNames\n  int params_index;  // -1: none\n  uint32_t buffer_mask;\n"
+       "  uint32_t written_mask;  // the buffers it may write: device pointers to non-const data\n  int max_threads;  // per threadgroup\n};\n\n";
   o += "constexpr const char* kSourceNames[] = {";
   for (const ShaderFile& f : files) o += "\"" + f.stem + ".metal\", ";
   o += "};\nconstexpr int kSourceCount = " + std::to_string(files.size()) + ";\n\n";
   o += "constexpr Info kInfo[] = {\n";
   for (size_t fi = 0; fi < files.size(); ++fi)
     for (const Kernel& k : files[fi].kernels) {
-      uint32_t mask = 0;
+      uint32_t mask = 0, written = 0;
       int pi = -1;
       for (const Param& p : k.params) {
         if (p.kind == ParamKind::Buffer) mask |= 1u << p.index;
+        if (p.kind == ParamKind::Buffer && p.type.find("const") == std::string::npos) written |= 1u << p.index;
         if (p.kind == ParamKind::Params) pi = p.index;
       }
       o += "    {\"" + k.name + "\", " + std::to_string(fi) + ", " + std::to_string(pi) + ", " + std::to_string(mask) + "u, " +
-           k.max_threads + "},\n";
+           std::to_string(written) + "u, " + k.max_threads + "},\n";
     }
   o += "};\n\n";
   for (const ShaderFile& f : files)

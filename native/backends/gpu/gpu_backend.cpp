@@ -15,6 +15,7 @@ GpuBuffer::~GpuBuffer() { owner_.release(device_); }
 
 void GpuBackend::release(DeviceBuffer* b) {
   auto lock = enter();
+  forget_int16_rows(b);
   if (pending_) graveyard_.push_back(b);  // recorded work may still use it
   else runtime_->destroy(b);
 }
@@ -45,6 +46,9 @@ GpuBackend::~GpuBackend() {
 }
 
 void GpuBackend::submit(const Dispatch& d) {
+  const uint32_t written = k::kInfo[d.kernel].written_mask;
+  for (int i = 0; i < kMaxBindings; ++i)
+    if (written >> i & 1u) forget_int16_rows(d.buffers[i].buffer);
   runtime_->dispatch(d);
   pending_ = true;
   ++dispatches_;
@@ -199,6 +203,7 @@ void GpuBackend::write(View dst, const void* src, size_t count) {
   auto lock = enter();
   if (!count) return;
   auto* b = static_cast<GpuBuffer*>(dst.buf);
+  forget_int16_rows(b->device());
   if (!pending_) return runtime_->write(b->device(), dst.offset * 4, src, count * 4);
   // Recorded work may still read dst: stage the data and copy it in order with that work.
   GpuBuffer staging(*this, ElemType::F32, count);
@@ -230,17 +235,14 @@ void GpuBackend::fill(View dst, float value, size_t count) {
       .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
 }
 
-std::unique_lock<std::recursive_mutex> GpuBackend::enter(Int16Rows rows) {
+std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
   std::unique_lock<std::recursive_mutex> lock(mu_);
   flush_add();
-  if (rows == Int16Rows::Drop) norm_int16_.valid = false;
   return lock;
 }
 
-void GpuBackend::written(View out, size_t count) {
-  const View& x = norm_int16_.out;
-  if (norm_int16_.valid && out && out.buf == x.buf && out.offset < x.offset + norm_int16_.count && x.offset < out.offset + count)
-    norm_int16_.valid = false;
+void GpuBackend::forget_int16_rows(const DeviceBuffer* b) {
+  if (norm_int16_.valid && b && b == static_cast<GpuBuffer*>(norm_int16_.out.buf)->device()) norm_int16_.valid = false;
 }
 
 void GpuBackend::flush_add() {

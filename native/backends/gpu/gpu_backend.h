@@ -143,12 +143,11 @@ class GpuBackend final : public Backend {
   static bool scales_exact_in_half(const LinearWeight& w);
   friend class GpuBuffer;
   class Call;
-  // Locks the backend and dispatches a deferred add (every call but rms_norm() starts here); forgets
-  // the int16 form of the last norm's output unless the call keeps it (Int16Rows::Keep: calls that
-  // check that what they write is not that output).
-  enum class Int16Rows { Drop, Keep };
-  std::unique_lock<std::recursive_mutex> enter(Int16Rows rows = Int16Rows::Drop);
+  // Locks the backend and dispatches a deferred add (every call but rms_norm() starts here).
+  std::unique_lock<std::recursive_mutex> enter();
   void flush_add();
+  // Records a launch; the last norm's int16 form is forgotten when the launch may write (kernels.h's
+  // written_mask) the buffer of the norm's output.
   void submit(const Dispatch& d);
   void release(DeviceBuffer* b);
   void finish_locked();
@@ -167,8 +166,8 @@ class GpuBackend final : public Backend {
   // (d, d · Σq). The buffer's size in floats, and where the pairs start.
   static size_t int16_floats(size_t count) { return count / 2 + count / INT16_BLOCK * 2; }
   static View int16_scales(GpuBuffer* blocks, size_t count) { return View(blocks, count / 2); }
-  // The last norm's output is no longer what its int16 form holds if a call wrote into it.
-  void written(View out, size_t count);
+  // The last norm's output is no longer what its int16 form holds once b may have been written.
+  void forget_int16_rows(const DeviceBuffer* b);
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
   void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32

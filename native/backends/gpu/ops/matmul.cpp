@@ -228,13 +228,11 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) { matmul_group({{&w, out}}, x, n); }
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
-  auto lock = enter(Int16Rows::Keep);
+  auto lock = enter();
   auto weight = [](const MatmulJob& j) -> const GpuWeight& { return static_cast<const GpuWeight&>(*j.weight); };
   // One input, so one input size: the quantised or half rows below are made once for every job.
-  for (const MatmulJob& j : jobs) {
+  for (const MatmulJob& j : jobs)
     if (weight(j).desc.cols != weight(jobs[0]).desc.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
-    written(j.out, size_t(n) * weight(j).desc.rows);
-  }
   // Jobs that must be exact run at fp32 accuracy (gemm_exact for chunks that tiled(n) takes, else the
   // GEMV). At fp16, the others run on the fp16 GEMMs (tiled(n)) or on the integer GEMV (shorter calls,
   // weights that int16_takes); the rest on the fp32 GEMV.

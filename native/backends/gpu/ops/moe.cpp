@@ -9,8 +9,7 @@ namespace moelens::gpu {
 
 void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bool renormalize, View ids, View weights,
                        View probs) {
-  auto lock = enter(Int16Rows::Keep);
-  written(ids, size_t(n) * size_t(top_k)), written(weights, size_t(n) * size_t(top_k)), written(probs, size_t(n) * size_t(experts));
+  auto lock = enter();
   if (experts > int(ROUTER_MAX_EXPERTS) || top_k > int(ROUTER_MAX_K) || top_k > experts || top_k < 1)
     fail("gpu backend: routing ", experts, " experts top-", top_k, " (at most ", ROUTER_MAX_EXPERTS, " experts, top-",
          ROUTER_MAX_K, ")");
@@ -27,16 +26,13 @@ static_assert(k::moe_gate_up::p == k::moe_gate_up_int16::p && k::moe_gate_up::xq
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
                              View weights, int n, int top_k, View out, const SharedExpert& shared) {
-  auto lock = enter(Int16Rows::Keep);
+  auto lock = enter();
   const auto& G = static_cast<const GpuWeight&>(gate_w);
   const auto& U = static_cast<const GpuWeight&>(up_w);
   const auto& D = static_cast<const GpuWeight&>(down_w);
   if (!G.experts || !U.experts || !D.experts) fail("gpu backend: moe_experts needs expert stacks");
   if (top_k > int(ROUTER_MAX_K)) fail("gpu backend: ", top_k, " experts per token (the expert kernels take ", ROUTER_MAX_K, ")");
-  if (tiled(n)) {
-    written(out, size_t(n) * G.desc.cols);
-    return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
-  }
+  if (tiled(n)) return moe_experts_tiled(G, U, D, x, ids, weights, n, top_k, out, shared);
   shader::MoeParams p{};
   p.gate = G.desc, p.up = U.desc, p.down = D.desc;
   p.n = u32(size_t(n), "tokens"), p.k = uint32_t(top_k), p.hidden = G.desc.cols, p.inter = G.desc.rows;
@@ -56,7 +52,6 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
   View xq, de;
   p.x_int16 = precision_ == Precision::F16 && int16_takes(G) && int16_takes(U) && (!SG || (int16_takes(*SG) && int16_takes(*SU)));
   if (p.x_int16) xq = int16_rows(x, n, p.hidden, de);
-  written(out, size_t(n) * p.hidden);
   scratch(moe_h_, size_t(n) * size_t(top_k) * p.inter);
   scratch(moe_shared_h_, std::max<size_t>(1, size_t(n) * p.shared_inter));
   auto data = [](const GpuWeight* w) { return w ? w->data.get() : nullptr; };
