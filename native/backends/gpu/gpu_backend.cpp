@@ -46,9 +46,8 @@ GpuBackend::~GpuBackend() {
 }
 
 void GpuBackend::submit(const Dispatch& d) {
-  const uint32_t written = k::kInfo[d.kernel].written_mask;
-  for (int i = 0; i < kMaxBindings; ++i)
-    if (written >> i & 1u) forget_int16_rows(d.buffers[i].buffer);
+  if (norm_int16_.valid)  // the set bits only: a launch writes one to four of its bindings
+    for (uint32_t m = k::kInfo[d.kernel].written_mask; m != 0; m &= m - 1) forget_int16_rows(d.buffers[__builtin_ctz(m)].buffer);
   runtime_->dispatch(d);
   pending_ = true;
   ++dispatches_;
