@@ -6,42 +6,63 @@ using namespace metal;
 #include "common.h"
 
 // One simdgroup per (head, token): grid (heads + kv_heads, n). Query heads: split q_proj's per-head
-// [query | gate] row into q and gate, then norm + rope into q. KV heads: norm + rope k in place.
+// [query | gate] row into q and gate, then norm + rope into q. KV heads: norm + rope k in place. Every
+// value a lane needs is loaded first, into registers (lane l holds columns l, l + 32, ... up to
+// ATTN_SPLIT_MAX_HEAD_DIM), and stored after: a loop that stored before its next load waited a memory
+// latency per iteration, since the stores may alias the loads (k in place).
 [[max_total_threads_per_threadgroup(32)]] kernel void attention_prep(device const float* qg [[buffer(0)]], device float* k [[buffer(1)]],
                            device const float* q_norm [[buffer(2)]], device const float* k_norm [[buffer(3)]],
                            device float* q [[buffer(4)]], device float* gate [[buffer(5)]],
                            constant AttentionPrepParams& p [[buffer(6)]],
                            uint2 group [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+  constexpr uint PER = ATTN_SPLIT_MAX_HEAD_DIM / 32u, ROT = PER / 2u;  // rotated pairs: i < rotary_dim / 2 <= D / 2
   const uint head = group.x, t = group.y;
   const uint D = p.head_dim, half_rot = p.rotary_dim / 2u;
+  const bool query = head < p.heads, gated = query && p.gated != 0u;
   device const float* src;
   device float* dst;
   device const float* w;
-  if (head < p.heads) {
+  if (query) {
     const uint q_stride = p.gated != 0u ? 2u * D : D;
     src = qg + (ulong(t) * p.heads + head) * q_stride;
     dst = q + (ulong(t) * p.heads + head) * D;
     w = q_norm;
-    if (p.gated != 0u)
-      for (uint i = lane; i < D; i += 32u) gate[(ulong(t) * p.heads + head) * D + i] = src[D + i];
   } else {
     dst = k + (ulong(t) * p.kv_heads + (head - p.heads)) * D;
     src = dst;
     w = k_norm;
   }
+  float x[PER], wx[PER], g[PER], x2[ROT], w2[ROT];  // clamped, unconditional loads
+  for (uint j = 0; j < PER; ++j) {
+    const uint i = min(lane + 32u * j, D - 1u);
+    x[j] = src[i];
+    wx[j] = w[i];
+    g[j] = gated ? src[D + i] : 0.0f;
+  }
+  for (uint j = 0; j < ROT; ++j) {  // the partners of the rotated pairs
+    const uint i = min(lane + 32u * j + half_rot, D - 1u);
+    x2[j] = src[i];
+    w2[j] = w[i];
+  }
   float ss = 0.0f;
-  for (uint i = lane; i < D; i += 32u) ss += src[i] * src[i];
+  for (uint j = 0; j < PER; ++j) ss += lane + 32u * j < D ? x[j] * x[j] : 0.0f;
   const float inv = 1.0f / sqrt(simd_sum(ss) / float(D) + p.eps);
   const float pos = float(p.pos0 + t);
-  for (uint i = lane; i < half_rot; i += 32u) {
+  for (uint j = 0; j < PER; ++j) {
+    const uint i = lane + 32u * j;
+    if (gated && i < D) gate[(ulong(t) * p.heads + head) * D + i] = g[j];
+    if (i >= p.rotary_dim && i < D) dst[i] = x[j] * inv * wx[j];
+  }
+  for (uint j = 0; j < ROT; ++j) {
+    const uint i = lane + 32u * j;
+    if (i >= half_rot) continue;
     const float inv_freq = 1.0f / precise::pow(p.rope_theta, float(2u * i) / float(p.rotary_dim));
     const float angle = pos * inv_freq;
     const float c = precise::cos(angle), s = precise::sin(angle);
-    const float x1 = src[i] * inv * w[i], x2 = src[i + half_rot] * inv * w[i + half_rot];
-    dst[i] = x1 * c - x2 * s;
-    dst[i + half_rot] = x2 * c + x1 * s;
+    const float a = x[j] * inv * wx[j], b = x2[j] * inv * w2[j];
+    dst[i] = a * c - b * s;
+    dst[i + half_rot] = b * c + a * s;
   }
-  for (uint i = p.rotary_dim + lane; i < D; i += 32u) dst[i] = src[i] * inv * w[i];
 }
 
 // Split-K attention (flash-decoding) of the `group` query heads sharing KV head `kvh`, for token t0 + t:

@@ -367,6 +367,25 @@ inline float threadgroup_sum(float v, threadgroup float* scratch, uint sg, uint 
   return total;
 }
 
+// threadgroup_sum of two values at once, through `scratch` (64 floats): one set of barriers; each total
+// the same as threadgroup_sum's.
+inline float2 threadgroup_sum2(float a, float b, threadgroup float* scratch, uint sg, uint lane, uint simdgroups) {
+  const float sa = simd_sum(a), sb = simd_sum(b);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (lane == 0) {
+    scratch[sg] = sa;
+    scratch[32u + sg] = sb;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float ta = 0.0f, tb = 0.0f;
+  for (uint i = 0; i < simdgroups; ++i) {
+    ta += scratch[i];
+    tb += scratch[32u + i];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return float2(ta, tb);
+}
+
 // 16 bytes (4 words: a tile's run of 8 halfs, a float4 as_type<uint4>) into threadgroup memory at a
 // 16-byte aligned dst: one 16-byte store with CUDA (nvcc does not merge the word stores); word by word
 // elsewhere (the strict address-space build has no vector stores).

@@ -309,7 +309,7 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
                      uint threads [[threads_per_threadgroup]]) {
   threadgroup float q[DELTANET_MAX_KEY_DIM];
   threadgroup float k[DELTANET_MAX_KEY_DIM];
-  threadgroup float scratch[32];
+  threadgroup float scratch[64];
 
   const uint hv = group.x, quarter = lane / 8u, j = (group.y * simdgroups + sg) * 8u + lane % 8u;
   const uint Dk = p.key_dim, Dv = p.value_dim, Hv = p.value_heads;
@@ -318,7 +318,7 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
   const uint conv_dim = 2u * key_total + Hv * Dv;
   const uint kh = hv / (Hv / p.key_heads);
   const float q_scale = 1.0f / sqrt(float(Dk));
-  const float neg_A = -exp(A_log[hv]);
+  const float neg_A = -exp(A_log[hv]), dt = dt_bias[hv];
 
   device float* S = state + ulong(hv) * Dk * Dv;
   float s[DELTANET_MAX_KEY_DIM / 4u];
@@ -333,6 +333,8 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
       qv[m] = row[kh * Dk + i];
       kv[m] = row[key_total + kh * Dk + i];
     }
+    // The token's gates and value with them, before the sums' barriers (loads do not cross those).
+    const float bt = b[ulong(t) * Hv + hv], at = a[ulong(t) * Hv + hv], v = row[2u * key_total + hv * Dv + j];
     for (uint m = 0; m < DELTANET_MAX_KEY_DIM / 32u; ++m) {
       const uint i = tid + m * threads;
       if (i < Dk) {
@@ -342,13 +344,11 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
         kk += kv[m] * kv[m];
       }
     }
-    qq = threadgroup_sum(qq, scratch, sg, lane, simdgroups);
-    kk = threadgroup_sum(kk, scratch, sg, lane, simdgroups);
-    const float qn = q_scale / sqrt(qq + p.eps), kn = 1.0f / sqrt(kk + p.eps);
-    const float beta = sigmoid(b[ulong(t) * Hv + hv]);
-    const float decay = exp(neg_A * softplus(a[ulong(t) * Hv + hv] + dt_bias[hv]));
+    const float2 sums = threadgroup_sum2(qq, kk, scratch, sg, lane, simdgroups);
+    const float qn = q_scale / sqrt(sums.x + p.eps), kn = 1.0f / sqrt(sums.y + p.eps);
+    const float beta = sigmoid(bt);
+    const float decay = exp(neg_A * softplus(at + dt));
 
-    const float v = row[2u * key_total + hv * Dv + j];
     float m = 0.0f;
     for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 4u; ++i) {
       if (i < per) {

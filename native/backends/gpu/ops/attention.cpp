@@ -78,6 +78,8 @@ void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int 
                                 View q, View gate) {
   auto lock = enter();
   if (s.rotary_dim % 2 != 0 || s.rotary_dim > s.head_dim) fail("gpu backend: rotary_dim ", s.rotary_dim, " for head_dim ", s.head_dim);
+  if (s.head_dim <= 0 || s.head_dim > int(ATTN_SPLIT_MAX_HEAD_DIM))
+    fail("gpu backend: attention head_dim ", s.head_dim, " (the kernels take up to ", ATTN_SPLIT_MAX_HEAD_DIM, ")");
   shader::AttentionPrepParams p{u32(size_t(n), "tokens"), u32(size_t(pos0), "position"), uint32_t(s.heads),
                                 uint32_t(s.kv_heads), uint32_t(s.head_dim), uint32_t(s.rotary_dim), s.gated ? 1u : 0u,
                                 s.rope_theta, s.eps};
