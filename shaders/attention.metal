@@ -32,22 +32,31 @@ using namespace metal;
     src = dst;
     w = k_norm;
   }
-  float x[PER], wx[PER], g[PER], x2[ROT], w2[ROT];  // clamped, unconditional loads
+  // Before the wait: the norm's weights and the rotation's angles (they depend on the position only).
+  float x[PER], wx[PER], g[PER], x2[ROT], w2[ROT], cs[ROT], sn[ROT];  // clamped, unconditional loads
+  for (uint j = 0; j < PER; ++j) wx[j] = w[min(lane + 32u * j, D - 1u)];
+  const float pos = float(p.pos0 + t);
+  for (uint j = 0; j < ROT; ++j) {
+    const uint i = lane + 32u * j;
+    w2[j] = w[min(i + half_rot, D - 1u)];
+    cs[j] = 0.0f;
+    sn[j] = 0.0f;
+    if (i < half_rot) {
+      const float inv_freq = 1.0f / precise::pow(p.rope_theta, float(2u * i) / float(p.rotary_dim));
+      cs[j] = precise::cos(pos * inv_freq);
+      sn[j] = precise::sin(pos * inv_freq);
+    }
+  }
+  await_inputs();
   for (uint j = 0; j < PER; ++j) {
     const uint i = min(lane + 32u * j, D - 1u);
     x[j] = src[i];
-    wx[j] = w[i];
     g[j] = gated ? src[D + i] : 0.0f;
   }
-  for (uint j = 0; j < ROT; ++j) {  // the partners of the rotated pairs
-    const uint i = min(lane + 32u * j + half_rot, D - 1u);
-    x2[j] = src[i];
-    w2[j] = w[i];
-  }
+  for (uint j = 0; j < ROT; ++j) x2[j] = src[min(lane + 32u * j + half_rot, D - 1u)];  // the rotated pairs' partners
   float ss = 0.0f;
   for (uint j = 0; j < PER; ++j) ss += lane + 32u * j < D ? x[j] * x[j] : 0.0f;
   const float inv = 1.0f / sqrt(simd_sum(ss) / float(D) + p.eps);
-  const float pos = float(p.pos0 + t);
   for (uint j = 0; j < PER; ++j) {
     const uint i = lane + 32u * j;
     if (gated && i < D) gate[(ulong(t) * p.heads + head) * D + i] = g[j];
@@ -56,12 +65,9 @@ using namespace metal;
   for (uint j = 0; j < ROT; ++j) {
     const uint i = lane + 32u * j;
     if (i >= half_rot) continue;
-    const float inv_freq = 1.0f / precise::pow(p.rope_theta, float(2u * i) / float(p.rotary_dim));
-    const float angle = pos * inv_freq;
-    const float c = precise::cos(angle), s = precise::sin(angle);
     const float a = x[j] * inv * wx[j], b = x2[j] * inv * w2[j];
-    dst[i] = a * c - b * s;
-    dst[i + half_rot] = b * c + a * s;
+    dst[i] = a * cs[j] - b * sn[j];
+    dst[i + half_rot] = b * cs[j] + a * sn[j];
   }
 }
 

@@ -12,6 +12,17 @@
 #define MIN_RESIDENT_THREADGROUPS(n)
 #endif
 
+// await_inputs(): where a kernel that calls it starts to read what earlier launches wrote; before it,
+// only reads of the model's weights and prefetch_l2 hints (no writes). A kernel that does not call it
+// waits before its first statement. With CUDA a kernel's blocks may start while the previous kernel
+// runs (programmatic dependent launch), so the weight ranges it asks for before waiting are on their
+// way into L2 meanwhile. prefetch_l2(p, bytes): a hint that [p, p + bytes) is read soon. Both are
+// CUDA's (native/backends/gpu/msl/msl.h); Metal runs kernels in order and does neither.
+#if defined(__METAL_VERSION__)
+inline void await_inputs() {}
+inline void prefetch_l2(device const void*, ulong) {}
+#endif
+
 inline float bf16_bits_to_float(ushort bits) { return as_type<float>(uint(bits) << 16); }
 inline float f16_bits_to_float(ushort bits) { return float(as_type<half>(bits)); }
 
@@ -92,6 +103,16 @@ inline AffineRows affine_rows(constant WeightDesc& w, device const uchar* data, 
     rows.b[r] = (device const ushort*)(biases + row * w.scale_row_bytes);
   }
   return rows;
+}
+
+// A hint that rows row0 .. row0 + count - 1 of a matrix are read next (prefetch_l2): lane 0 asks for
+// their bytes, lanes 1 and 2 for their scales and biases when quantized; each is one contiguous range.
+inline void prefetch_rows(constant WeightDesc& w, device const uchar* data, device const uchar* scales,
+                          device const uchar* biases, uint row0, uint count, uint lane) {
+  const bool quantized = w.format == WEIGHT_Q4 || w.format == WEIGHT_Q8;
+  if (lane == 0u) prefetch_l2(data + ulong(row0) * w.row_bytes, ulong(count) * w.row_bytes);
+  if (lane == 1u && quantized) prefetch_l2(scales + ulong(row0) * w.scale_row_bytes, ulong(count) * w.scale_row_bytes);
+  if (lane == 2u && quantized) prefetch_l2(biases + ulong(row0) * w.scale_row_bytes, ulong(count) * w.scale_row_bytes);
 }
 
 // rows_dot (below) for MLX affine weights (4-bit when Q4, else 8-bit) with bf16 scales and biases and

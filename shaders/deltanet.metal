@@ -17,14 +17,14 @@ inline float softplus(float x) {
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void conv_silu(device const float* x [[buffer(0)]], device float* state [[buffer(1)]],
                       device const float* w [[buffer(2)]], device float* out [[buffer(3)]],
                       constant ConvParams& p [[buffer(4)]], uint c [[thread_position_in_grid]]) {
-  if (c >= p.channels) return;
   const uint past = p.kernel - 1u;
-  // Weights and cached inputs into registers with unconditional (clamped) loads, issued together.
+  // Weights (before the wait) and cached inputs into registers with unconditional (clamped) loads,
+  // issued together.
   float window[CONV_MAX_KERNEL], wc[CONV_MAX_KERNEL];
-  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) {
-    wc[j] = w[ulong(c) * p.kernel + min(j, p.kernel - 1u)];
-    window[j] = past > 0u ? state[ulong(min(j, past - 1u)) * p.channels + c] : 0.0f;
-  }
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) wc[j] = w[ulong(min(c, p.channels - 1u)) * p.kernel + min(j, p.kernel - 1u)];
+  await_inputs();
+  if (c >= p.channels) return;
+  for (uint j = 0; j < CONV_MAX_KERNEL; ++j) window[j] = past > 0u ? state[ulong(min(j, past - 1u)) * p.channels + c] : 0.0f;
   for (uint t = 0; t < p.n; ++t) {
     float x_t = x[ulong(t) * p.channels + c];
     float acc = 0.0f;
@@ -318,9 +318,11 @@ inline DeltaNetBlockInputs deltanet_block_inputs(device const float* qkv, device
   const uint conv_dim = 2u * key_total + Hv * Dv;
   const uint kh = hv / (Hv / p.key_heads);
   const float q_scale = 1.0f / sqrt(float(Dk));
-  const float neg_A = -exp(A_log[hv]), dt = dt_bias[hv];
-
+  const float neg_A = -exp(A_log[hv]), dt = dt_bias[hv];  // weights: read before the wait
   device float* S = state + ulong(hv) * Dk * Dv;
+  if (group.y == 0u && tid == 0u) prefetch_l2(S, ulong(Dk) * Dv * 4u);  // the head's state, last written a token ago
+  await_inputs();
+
   float s[DELTANET_MAX_KEY_DIM / 4u];
   for (uint i = 0; i < DELTANET_MAX_KEY_DIM / 4u; ++i) s[i] = S[ulong(k0 + min(i, per - 1u)) * Dv + j];  // clamped, unused past `per`
 

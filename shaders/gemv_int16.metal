@@ -42,6 +42,13 @@ using namespace metal;
   const uint rows = j == 0u ? p.w[0].rows : j == 1u ? p.w[1].rows : j == 2u ? p.w[2].rows : p.w[3].rows;
   device float* out = (j == 0u ? out0 : j == 1u ? out1 : j == 2u ? out2 : out3) + ulong(t) * rows;
   const uint count = live ? min(GEMV_ROWS, rows - row0) : 0u;
+  if (live && part == 0u) {  // the rows' weights on their way while the previous kernel finishes
+    if (j == 0u) prefetch_rows(p.w[0], w0, s0, b0, row0, count, lane);
+    else if (j == 1u) prefetch_rows(p.w[1], w1, s1, b1, row0, count, lane);
+    else if (j == 2u) prefetch_rows(p.w[2], w2, s2, b2, row0, count, lane);
+    else prefetch_rows(p.w[3], w3, s3, b3, row0, count, lane);
+  }
+  await_inputs();
   const uint blocks = p.cols / INT16_BLOCK;
   device const uint4* xt = xq + ulong(t) * blocks * 4u;
   device const float2* et = de + ulong(t) * blocks;

@@ -108,6 +108,32 @@ inline void gate_up_rows_dot(constant WeightDesc& w, device const uchar* data, d
   else rows_dot(w, data, scales, biases, row0, count, in.x, in.vec, lane, 0u, 1u, acc);
 }
 
+// The first row of this simdgroup's pair in moe_gate_up and the pair's slot (group.y: an expert's,
+// or the shared expert's when k) and matrix (odd simdgroups: up).
+inline uint gate_up_row0(uint3 group, uint sg) { return (group.x * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS; }
+
+// Before the routing is known: the shared expert's rows that this simdgroup reads (prefetch_rows).
+inline void moe_gate_up_prefetch_shared(device const uchar* sgw, device const uchar* sgs, device const uchar* sgb,
+                                        device const uchar* suw, device const uchar* sus, device const uchar* sub,
+                                        constant MoeParams& p, uint3 group, uint sg, uint lane) {
+  const uint row0 = gate_up_row0(group, sg);
+  if (group.y != p.k || row0 >= p.shared_inter) return;
+  const uint count = min(GEMV_ROWS, p.shared_inter - row0);
+  if ((sg & 1u) != 0u) prefetch_rows(p.sup, suw, sus, sub, row0, count, lane);
+  else prefetch_rows(p.sgate, sgw, sgs, sgb, row0, count, lane);
+}
+
+// Once the routing is known: moe_down, the next launch, reads all `hidden` rows of the down projection
+// of each chosen expert; the threadgroups of an expert's slot each ask for a share of them (simdgroup 0).
+inline void moe_down_prefetch(device const uchar* dw, device const uchar* ds, device const uchar* db, device const int* ids,
+                              constant MoeParams& p, uint3 group, uint3 groups, uint sg, uint lane) {
+  const uint per = (p.hidden + groups.x - 1u) / groups.x, row0 = group.x * per;
+  if (group.y >= p.k || sg != 0u || row0 >= p.hidden) return;
+  const uint e = uint(ids[ulong(group.z) * p.k + group.y]);
+  prefetch_rows(p.down, dw + expert_bytes(p.down, e), ds + expert_scale_bytes(p.down, e), db + expert_scale_bytes(p.down, e),
+                row0, min(per, p.hidden - row0), lane);
+}
+
 // h[t, s, r] = silu(gate_e[r] · x[t]) * (up_e[r] · x[t]) for e = ids[t, s], and for s = k (when
 // p.shared) sh[t, r] from the shared expert's gate and up; with INT16 (moe_gate_up_int16, the fp16
 // precision's) the products are integer, on x's int16 blocks (xq, de). Simdgroups come in pairs: the
@@ -121,7 +147,7 @@ inline void moe_gate_up_rows(device const uchar* gw, device const uchar* gs, dev
                              device const uchar* suw, device const uchar* sus, device const uchar* sub, device float* sh,
                              constant MoeParams& p, device const uint4* xq, device const float2* de, uint3 group, uint sg,
                              uint lane, threadgroup float* partial) {
-  const uint row0 = (group.x * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS;
+  const uint row0 = gate_up_row0(group, sg);
   const uint s = group.y, t = group.z;
   const bool shared = s == p.k, up = (sg & 1u) != 0u;
   const uint rows = shared ? p.shared_inter : p.inter;
@@ -163,9 +189,14 @@ inline void moe_gate_up_rows(device const uchar* gw, device const uchar* gs, dev
                         device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
                         device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
                         constant MoeParams& p [[buffer(16)]], device const uint4* xq [[buffer(17)]],
-                        device const float2* de [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
+                        device const float2* de [[buffer(18)]], device const uchar* dw [[buffer(19)]],
+                        device const uchar* ds [[buffer(20)]], device const uchar* db [[buffer(21)]],
+                        uint3 group [[threadgroup_position_in_grid]], uint3 groups [[threadgroups_per_grid]],
                         uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  moe_gate_up_prefetch_shared(sgw, sgs, sgb, suw, sus, sub, p, group, sg, lane);
+  await_inputs();
+  moe_down_prefetch(dw, ds, db, ids, p, group, groups, sg, lane);
   moe_gate_up_rows<false>(gw, gs, gb, uw, us, ub, x, ids, h, sgw, sgs, sgb, suw, sus, sub, sh, p, xq, de, group, sg, lane,
                           partial);
 }
@@ -179,9 +210,14 @@ inline void moe_gate_up_rows(device const uchar* gw, device const uchar* gs, dev
                         device const uchar* suw [[buffer(12)]], device const uchar* sus [[buffer(13)]],
                         device const uchar* sub [[buffer(14)]], device float* sh [[buffer(15)]],
                         constant MoeParams& p [[buffer(16)]], device const uint4* xq [[buffer(17)]],
-                        device const float2* de [[buffer(18)]], uint3 group [[threadgroup_position_in_grid]],
+                        device const float2* de [[buffer(18)]], device const uchar* dw [[buffer(19)]],
+                        device const uchar* ds [[buffer(20)]], device const uchar* db [[buffer(21)]],
+                        uint3 group [[threadgroup_position_in_grid]], uint3 groups [[threadgroups_per_grid]],
                         uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float partial[GEMV_SIMDGROUPS * GEMV_ROWS];
+  moe_gate_up_prefetch_shared(sgw, sgs, sgb, suw, sus, sub, p, group, sg, lane);
+  await_inputs();
+  moe_down_prefetch(dw, ds, db, ids, p, group, groups, sg, lane);
   moe_gate_up_rows<true>(gw, gs, gb, uw, us, ub, x, ids, h, sgw, sgs, sgb, suw, sus, sub, sh, p, xq, de, group, sg, lane,
                           partial);
 }
@@ -209,6 +245,8 @@ inline void moe_gate_up_rows(device const uchar* gw, device const uchar* gs, dev
   const uint parts = p.split, part = sg % parts;
   const uint row0 = (group.x * (GEMV_SIMDGROUPS / parts) + sg / parts) * GEMV_ROWS;
   const uint t = group.y;
+  if (p.shared != 0u && part == 0u && row0 < p.hidden) prefetch_rows(p.sdown, sdw, sds, sdb, row0, min(GEMV_ROWS, p.hidden - row0), lane);
+  await_inputs();
   for (uint s = tid; s < p.k; s += threads) {
     slot_expert[s] = uint(ids[ulong(t) * p.k + s]);
     slot_weight[s] = weights[ulong(t) * p.k + s];

@@ -6,7 +6,8 @@ using namespace metal;
 
 // Row kernels keep their values in registers and load them in loops of constant trip count, so that
 // all of a thread's loads are in flight at once (a loop that waits for each load in turn costs a
-// memory latency per iteration: several microseconds per norm).
+// memory latency per iteration: several microseconds per norm). The norm's weights, which no launch
+// writes, are loaded before await_inputs(): with CUDA while the previous kernel still runs.
 
 // A row kernel's output o[i] = v[k] · inv · wv[k] (i = tid + k · threads), and with int16 its int16 blocks
 // (a simdgroup's lanes hold a block of 32 columns for each k; threads and dim are multiples of
@@ -45,11 +46,9 @@ inline void store_normed(thread const float* v, thread const float* wv, float in
   device const float* xr = x + ulong(row) * p.dim;
   device float* o = out + ulong(row) * p.dim;
   float v[NORM_MAX_PER_THREAD], wv[NORM_MAX_PER_THREAD];
-  for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) {
-    const uint i = min(tid + k * threads, p.dim - 1u);
-    v[k] = xr[i];
-    wv[k] = p.has_weight != 0u ? weight[i] : 1.0f;
-  }
+  for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) wv[k] = p.has_weight != 0u ? weight[min(tid + k * threads, p.dim - 1u)] : 1.0f;
+  await_inputs();
+  for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) v[k] = xr[min(tid + k * threads, p.dim - 1u)];
   float ss = 0.0f;
   for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) ss += tid + k * threads < p.dim ? v[k] * v[k] : 0.0f;
   const float total = threadgroup_sum(ss, scratch, sg, lane, simdgroups);
@@ -71,11 +70,12 @@ inline void store_normed(thread const float* v, thread const float* wv, float in
   device const float* ar = a + ulong(row) * p.dim;
   device float* o = out + ulong(row) * p.dim;
   float v[NORM_MAX_PER_THREAD], add[NORM_MAX_PER_THREAD], wv[NORM_MAX_PER_THREAD];
+  for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) wv[k] = p.has_weight != 0u ? weight[min(tid + k * threads, p.dim - 1u)] : 1.0f;
+  await_inputs();
   for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) {
     const uint i = min(tid + k * threads, p.dim - 1u);
     v[k] = hr[i];
     add[k] = ar[i];
-    wv[k] = p.has_weight != 0u ? weight[i] : 1.0f;
   }
   float ss = 0.0f;
   for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) {
@@ -100,16 +100,17 @@ inline void store_normed(thread const float* v, thread const float* wv, float in
                            device float* de [[buffer(6)]], uint group [[threadgroup_position_in_grid]],
                            uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
   const uint row = group * ROWS_PER_THREADGROUP + sg;
+  float v[NORM_MAX_PER_THREAD], g[NORM_MAX_PER_THREAD], wv[NORM_MAX_PER_THREAD];
+  for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) wv[k] = weight[min(lane + 32u * k, p.dim - 1u)];
+  await_inputs();
   if (row >= p.rows) return;
   device const float* xr = x + ulong(row) * p.dim;
   device const float* zr = z + ulong(row) * p.dim;
   device float* o = out + ulong(row) * p.dim;
-  float v[NORM_MAX_PER_THREAD], g[NORM_MAX_PER_THREAD], wv[NORM_MAX_PER_THREAD];
   for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) {
     const uint i = min(lane + 32u * k, p.dim - 1u);
     v[k] = xr[i];
     g[k] = zr[i];
-    wv[k] = weight[i];
   }
   float ss = 0.0f;
   for (uint k = 0; k < NORM_MAX_PER_THREAD; ++k) ss += lane + 32u * k < p.dim ? v[k] * v[k] : 0.0f;

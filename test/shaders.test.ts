@@ -180,6 +180,35 @@ describe("the lint of the portable MSL subset", () => {
     expect(fs.readFileSync(path.join(out, "dependents.emu.cpp"), "utf8")).not.toMatch(/early_dependents/);
   });
 
+  test("a kernel that calls await_inputs() waits there, once, at the top level of its body", () => {
+    const out = fs.mkdtempSync(path.join(tmp, "await-"));
+    const file = path.join(out, "await.metal");
+    const header = "#include <metal_stdlib>\nusing namespace metal;\n";
+    const kernel = (body: string) =>
+      "kernel void k(device const float* w [[buffer(0)]], device float* x [[buffer(1)]], uint i [[thread_position_in_grid]]) { " +
+      body + " }\n";
+    fs.writeFileSync(file, header + kernel("prefetch_l2(w, 64); await_inputs(); x[i] = w[i];"));
+    const r = run(path.join(buildDir, "msl-translate"), ["--out", out, "--cuda", file]);
+    expect(r.status, r.out).toBe(0);
+    const cuda = fs.readFileSync(path.join(out, "await.cu"), "utf8");
+    expect(cuda).not.toMatch(/msl_cuda::await_previous_kernel/);  // not in the prologue: the macro waits in place
+    expect(cuda).toMatch(/prefetch_l2\(w, 64\); await_inputs\(\);/);
+    const rejected: [string, RegExp][] = [
+      ["if (i == 0u) { await_inputs(); } x[i] = w[i];", /await\.metal:3: kernel k: await_inputs\(\); belongs at the top level/],
+      ["await_inputs(); await_inputs(); x[i] = w[i];", /await\.metal:3: kernel k: await_inputs\(\) called twice/],
+    ];
+    for (const [body, message] of rejected) {
+      fs.writeFileSync(file, header + kernel(body));
+      const bad = run(path.join(buildDir, "msl-translate"), ["--out", out, file]);
+      expect(bad.status, bad.out).toBe(1);
+      expect(bad.out).toMatch(message);
+    }
+    fs.writeFileSync(file, header + "inline void ready() { await_inputs(); }\n" + kernel("ready(); x[i] = w[i];"));
+    const helper = run(path.join(buildDir, "msl-translate"), ["--out", out, file]);
+    expect(helper.status, helper.out).toBe(1);
+    expect(helper.out).toMatch(/await\.metal:3: await_inputs\(\) is called from a kernel's body, not from a function it calls/);
+  });
+
   test("accepts a conforming kernel", () => {
     const file = path.join(tmp, "ok.metal");
     fs.writeFileSync(

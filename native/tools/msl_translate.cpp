@@ -191,6 +191,7 @@ struct Kernel {
   size_t kernel_tok_end;
   size_t params_begin, params_end;  // inside the parentheses
   size_t body_begin, body_end;      // `{` and one past `}`
+  bool awaits = false;  // calls await_inputs() itself: CUDA waits for the previous launch there
   std::vector<TgDecl> tg;
 };
 
@@ -391,6 +392,20 @@ void parse_kernels(ShaderFile& f) {
     }
     if (params > 1) throw Error(where(f, t[i].line) + ": kernel " + k.name + ": at most one `constant T&` parameter struct");
 
+    // await_inputs(): at most once, as a statement of the body itself (not inside a branch or loop,
+    // which not every thread might reach).
+    int level = 1;
+    for (size_t j = body + 1; j < body_close; ++j) {
+      if (t[j].text == "{") ++level;
+      if (t[j].text == "}") --level;
+      if (t[j].text != "await_inputs") continue;
+      const bool statement = level == 1 && (t[j - 1].text == "{" || t[j - 1].text == ";" || t[j - 1].text == "}") &&
+                             t[j + 1].text == "(" && t[j + 2].text == ")" && t[j + 3].text == ";";
+      if (!statement) throw Error(where(f, t[j].line) + ": kernel " + k.name + ": await_inputs(); belongs at the top level of the kernel's body");
+      if (k.awaits) throw Error(where(f, t[j].line) + ": kernel " + k.name + ": await_inputs() called twice");
+      k.awaits = true;
+    }
+
     // threadgroup declarations: at kernel scope only.
     int d = 0;
     for (size_t j = body; j <= body_close; ++j) {
@@ -421,6 +436,12 @@ void parse_kernels(ShaderFile& f) {
     }
     f.kernels.push_back(k);
     i = body_close;
+  }
+  for (size_t i = 0; i + 3 < t.size(); ++i) {  // CUDA's await_inputs() names the kernel's own argument
+    if (t[i].text != "await_inputs" || t[i + 3].text == "{") continue;  // (Metal's definition: common.h)
+    const bool in_kernel = std::any_of(f.kernels.begin(), f.kernels.end(),
+                                       [&](const Kernel& k) { return t[i].begin > k.body_begin && t[i].begin < k.body_end; });
+    if (!in_kernel) throw Error(where(f, t[i].line) + ": await_inputs() is called from a kernel's body, not from a function it calls");
   }
 }
 
@@ -593,7 +614,7 @@ std::string cuda_file(const ShaderFile& f) {
       }
     }
     sig += std::string(first ? "" : ", ") + "const uint msl_early_dependents)";
-    prologue += " msl_cuda::await_previous_kernel(msl_early_dependents);";
+    if (!k.awaits) prologue += " msl_cuda::await_previous_kernel(msl_early_dependents);";
     // Replace everything from `kernel` through the opening brace of the body.
     edits.push_back({k.kernel_tok_begin, k.body_begin + 1, sig + " {" + prologue});
   }

@@ -283,6 +283,32 @@ MSL_HOST_FN mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int
 // multiplied with them are stored in the same order.
 MSL_FN uint q4_fragment_column(uint j) { return 16u * (j % 8u / 2u) + j / 8u % 4u + 8u * (j / 32u) + 4u * (j % 2u); }
 
+// ---- launch order and prefetch (not Metal's: shaders/common.h) ----
+// await_inputs(): a kernel that calls it (once, as a statement of its body) waits there for the
+// previous launch instead of before its first statement (msl-translate). prefetch_l2(p, bytes): a hint
+// that [p, p + bytes) is read soon. With CUDA from sm_90 one bulk prefetch into L2 of the 16-byte
+// granules that hold the range (L2 is where every SM's reads and writes meet, so a prefetch never
+// makes a later read stale). The emulator runs launches one after another and reads the range's first
+// and last byte, so that a range past the end of its buffer faults (emu_map_buffer's guard page).
+#if defined(MSL_TARGET_CUDA)
+#define await_inputs() msl_cuda::await_previous_kernel(msl_early_dependents)
+MSL_FN void prefetch_l2(const void* p, ulong bytes) {
+#if __CUDA_ARCH__ >= 900
+  if (bytes == 0) return;
+  const size_t a = __cvta_generic_to_global(p), lo = a & ~size_t(15), hi = (a + bytes + 15u) & ~size_t(15);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(uint(hi - lo)) : "memory");
+#endif
+}
+#else
+MSL_FN void await_inputs() {}
+MSL_FN void prefetch_l2(const MSL_AS_DEVICE void* p, ulong bytes) {
+  if (bytes == 0) return;
+  const volatile MSL_AS_DEVICE unsigned char* b = (const volatile MSL_AS_DEVICE unsigned char*)p;
+  (void)b[0];
+  (void)b[bytes - 1];
+}
+#endif
+
 #if defined(MSL_TARGET_CUDA)
 MSL_FN void threadgroup_barrier(mem_flags) { __syncthreads(); }
 MSL_FN void simdgroup_barrier(mem_flags) { __syncwarp(); }

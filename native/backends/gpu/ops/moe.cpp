@@ -21,7 +21,8 @@ void GpuBackend::route(View logits, View bias, int n, int experts, int top_k, bo
 }
 
 static_assert(k::moe_gate_up::p == k::moe_gate_up_int16::p && k::moe_gate_up::xq == k::moe_gate_up_int16::xq &&
-                  k::moe_gate_up::de == k::moe_gate_up_int16::de && k::moe_gate_up::sh == k::moe_gate_up_int16::sh,
+                  k::moe_gate_up::de == k::moe_gate_up_int16::de && k::moe_gate_up::sh == k::moe_gate_up_int16::sh &&
+                  k::moe_gate_up::dw == k::moe_gate_up_int16::dw && k::moe_gate_up::db == k::moe_gate_up_int16::db,
               "moe_gate_up, moe_gate_up_int16: the same buffer indices");
 
 void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Weight& down_w, View x, View ids,
@@ -63,6 +64,7 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
       .buf(gu::ids, ids).buf(gu::h, moe_h_.get()).buf(gu::sgw, data(SG)).buf(gu::sgs, scales(SG))
       .buf(gu::sgb, biases(SG)).buf(gu::suw, data(SU)).buf(gu::sus, scales(SU)).buf(gu::sub, biases(SU))
       .buf(gu::sh, moe_shared_h_.get()).opt(gu::xq, xq).opt(gu::de, de).params(gu::p, p)
+      .buf(gu::dw, D.data.get()).buf(gu::ds, D.scales.get()).buf(gu::db, D.biases.get())  // prefetched for moe_down
       .grid(ceil_div(std::max(p.inter, p.shared_inter), GEMV_ROWS * GEMV_SIMDGROUPS / 2), p.k + p.shared, p.n)
       .threads(GEMV_THREADS).run();
   // moe_down reads the k experts' rows as one virtual row.
