@@ -6,14 +6,17 @@ using namespace metal;
 #include "common.h"
 
 // One simdgroup per (head, token): grid (heads + kv_heads, n). Query heads: split q_proj's per-head
-// [query | gate] row into q and gate, then norm + rope into q. KV heads: norm + rope k in place. Every
-// value a lane needs is loaded first, into registers (lane l holds columns l, l + 32, ... up to
-// ATTN_SPLIT_MAX_HEAD_DIM), and stored after: a loop that stored before its next load waited a memory
-// latency per iteration, since the stores may alias the loads (k in place).
+// [query | gate] row into q and gate, then norm + rope into q. KV heads: norm + rope k in place, and
+// with p.store k and v also into the KV cache rows (k_rows, v_rows as fp32, or k_rows_half, v_rows_half
+// rounded to half). Every value a lane needs is loaded first, into registers (lane l holds columns l,
+// l + 32, ... up to ATTN_SPLIT_MAX_HEAD_DIM), and stored after: a loop that stored before its next load
+// waited a memory latency per iteration, since the stores may alias the loads (k in place).
 [[max_total_threads_per_threadgroup(32)]] kernel void attention_prep(device const float* qg [[buffer(0)]], device float* k [[buffer(1)]],
                            device const float* q_norm [[buffer(2)]], device const float* k_norm [[buffer(3)]],
                            device float* q [[buffer(4)]], device float* gate [[buffer(5)]],
-                           constant AttentionPrepParams& p [[buffer(6)]],
+                           constant AttentionPrepParams& p [[buffer(6)]], device const float* v [[buffer(7)]],
+                           device float* k_rows [[buffer(8)]], device float* v_rows [[buffer(9)]],
+                           device half* k_rows_half [[buffer(10)]], device half* v_rows_half [[buffer(11)]],
                            uint2 group [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
   constexpr uint PER = ATTN_SPLIT_MAX_HEAD_DIM / 32u, ROT = PER / 2u;  // rotated pairs: i < rotary_dim / 2 <= D / 2
   const uint head = group.x, t = group.y;
@@ -33,7 +36,7 @@ using namespace metal;
     w = k_norm;
   }
   // Before the wait: the norm's weights and the rotation's angles (they depend on the position only).
-  float x[PER], wx[PER], g[PER], x2[ROT], w2[ROT], cs[ROT], sn[ROT];  // clamped, unconditional loads
+  float x[PER], wx[PER], g[PER], x2[ROT], w2[ROT], y2[ROT], cs[ROT], sn[ROT];  // clamped, unconditional loads
   for (uint j = 0; j < PER; ++j) wx[j] = w[min(lane + 32u * j, D - 1u)];
   const float pos = float(p.pos0 + t);
   for (uint j = 0; j < ROT; ++j) {
@@ -54,20 +57,50 @@ using namespace metal;
     g[j] = gated ? src[D + i] : 0.0f;
   }
   for (uint j = 0; j < ROT; ++j) x2[j] = src[min(lane + 32u * j + half_rot, D - 1u)];  // the rotated pairs' partners
+  // The cache rows of a KV head: its k as stored below, and its v.
+  const bool store = !query && p.store != KV_STORE_NONE;
+  const ulong row = (ulong(t) * p.kv_heads + (head - min(head, p.heads))) * D;
+  float vx[PER];
+  for (uint j = 0; j < PER; ++j) vx[j] = store ? v[row + min(lane + 32u * j, D - 1u)] : 0.0f;
   float ss = 0.0f;
   for (uint j = 0; j < PER; ++j) ss += lane + 32u * j < D ? x[j] * x[j] : 0.0f;
   const float inv = 1.0f / sqrt(simd_sum(ss) / float(D) + p.eps);
+  float y[PER];  // this lane's columns of the result
+  for (uint j = 0; j < PER; ++j) y[j] = x[j] * inv * wx[j];
+  for (uint j = 0; j < ROT; ++j) {
+    const float a = y[j], b = x2[j] * inv * w2[j];
+    if (lane + 32u * j < half_rot) y[j] = a * cs[j] - b * sn[j];
+    y2[j] = b * cs[j] + a * sn[j];  // column lane + 32j + half_rot
+  }
   for (uint j = 0; j < PER; ++j) {
     const uint i = lane + 32u * j;
     if (gated && i < D) gate[(ulong(t) * p.heads + head) * D + i] = g[j];
-    if (i >= p.rotary_dim && i < D) dst[i] = x[j] * inv * wx[j];
+    if ((i < half_rot || i >= p.rotary_dim) && i < D) dst[i] = y[j];
+  }
+  for (uint j = 0; j < ROT; ++j)
+    if (lane + 32u * j < half_rot) dst[lane + 32u * j + half_rot] = y2[j];
+  if (!store) return;
+  // The same values into the cache: a lane's columns, then its rotated partners' columns.
+  for (uint j = 0; j < PER; ++j) {
+    const uint i = lane + 32u * j;
+    if (i >= D || (i >= half_rot && i < p.rotary_dim)) continue;
+    if (p.store == KV_STORE_F16) {
+      k_rows_half[row + i] = half(y[j]);
+    } else {
+      k_rows[row + i] = y[j];
+    }
   }
   for (uint j = 0; j < ROT; ++j) {
+    const uint i = lane + 32u * j + half_rot;
+    if (lane + 32u * j >= half_rot) continue;
+    if (p.store == KV_STORE_F16) k_rows_half[row + i] = half(y2[j]);
+    else k_rows[row + i] = y2[j];
+  }
+  for (uint j = 0; j < PER; ++j) {
     const uint i = lane + 32u * j;
-    if (i >= half_rot) continue;
-    const float a = x[j] * inv * wx[j], b = x2[j] * inv * w2[j];
-    dst[i] = a * cs[j] - b * sn[j];
-    dst[i + half_rot] = b * cs[j] + a * sn[j];
+    if (i >= D) continue;
+    if (p.store == KV_STORE_F16) v_rows_half[row + i] = half(vx[j]);
+    else v_rows[row + i] = vx[j];
   }
 }
 

@@ -7,8 +7,8 @@
 // 2 TB/s; here a key costs a share of two products (docs/metal.md, "Decode attention at depth").
 //
 // A threadgroup of ATTN_HALF_SIMDGROUPS simdgroups walks its span in blocks of ATTN_HALF_KEYS keys:
-// all threads convert the block's K and V rows (fp32 in the cache, read as float4) into half tiles, the
-// next block's rows already loading into registers; simdgroup i takes slice i of the head dimensions for
+// all threads copy the block's K and V rows (half in the cache: the KV cache type at this precision,
+// 16-byte runs of 8) into the tiles, the next block's rows already loading into registers; simdgroup i takes slice i of the head dimensions for
 // both products (its Qᵀ fragments and Oᵀ accumulator stay in registers), the slices' partial scores are
 // summed by thread (head, key) for the online softmax. As in attention_prefill the running maximum is
 // lazy (log2 units, ATTN_PREFILL_RESCALE), the weights enter PV as half and the accumulator is rescaled
@@ -26,7 +26,7 @@ using namespace metal;
 // Runs of 8 halves of one tile per thread.
 #define ATTN_HALF_RUNS(D) ((ATTN_HALF_KEYS * (D) / 8u + ATTN_HALF_THREADS - 1u) / ATTN_HALF_THREADS)
 
-inline void attention_partial_half_span(device const float* q, device const float* k_cache, device const float* v_cache,
+inline void attention_partial_half_span(device const float* q, device const half* k_cache, device const half* v_cache,
                                         device float* part_ml, device float* part_o, device float* out,
                                         device const float* gate, constant AttentionParams& p, threadgroup half* kt,
                                         threadgroup half* vt, threadgroup float* scores, threadgroup half* weights,
@@ -72,20 +72,17 @@ inline void attention_partial_half_span(device const float* q, device const floa
     of[2u * b + 1u] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
 
-  // This thread's runs of a block: run r is key r / (D / 8), dimensions 8 (r % (D / 8)) .. +7, two float4
-  // of K and two of V each (keys past the span clamped to its last: their scores are masked).
-  float4 kr[2u * ATTN_HALF_RUNS(ATTN_HALF_MAX_HEAD_DIM)], vr[2u * ATTN_HALF_RUNS(ATTN_HALF_MAX_HEAD_DIM)];
-  device const float* kh = k_cache + kvh * D;
-  device const float* vh = v_cache + kvh * D;
+  // This thread's runs of a block: run r is key r / (D / 8), dimensions 8 (r % (D / 8)) .. +7, 16 bytes
+  // of K and 16 of V each (keys past the span clamped to its last: their scores are masked).
+  uint4 kr[ATTN_HALF_RUNS(ATTN_HALF_MAX_HEAD_DIM)], vr[ATTN_HALF_RUNS(ATTN_HALF_MAX_HEAD_DIM)];
+  device const half* kh = k_cache + kvh * D;
+  device const half* vh = v_cache + kvh * D;
   for (uint i = 0; i < RUNS; ++i) {
     const uint run = min(tid + i * ATTN_HALF_THREADS, B * D / 8u - 1u), c = 8u * (run % (D / 8u));
     const ulong at = ulong(min(k0 + run / (D / 8u), k1 - 1u)) * kv_width + c;
-    const float4 k_lo = *(device const float4*)(kh + at), k_hi = *(device const float4*)(kh + at + 4u);
-    const float4 v_lo = *(device const float4*)(vh + at), v_hi = *(device const float4*)(vh + at + 4u);
-    kr[2u * i] = k_lo;
-    kr[2u * i + 1u] = k_hi;
-    vr[2u * i] = v_lo;
-    vr[2u * i + 1u] = v_hi;
+    const uint4 k8 = *(device const uint4*)(kh + at), v8 = *(device const uint4*)(vh + at);
+    kr[i] = k8;
+    vr[i] = v8;
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);  // every fragment of Qᵀ read: the tiles take the blocks
 
@@ -96,9 +93,8 @@ inline void attention_partial_half_span(device const float* q, device const floa
     for (uint i = 0; i < RUNS; ++i) {
       const uint run = tid + i * ATTN_HALF_THREADS, key = run / (D / 8u), c = 8u * (run % (D / 8u));
       if (run < B * D / 8u) {
-        const float4 a = kr[2u * i], e = kr[2u * i + 1u], v = vr[2u * i], w = vr[2u * i + 1u];
-        store_run(kt + key * KLD + c, a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w);
-        store_run(vt + key * KLD + c, v.x, v.y, v.z, v.w, w.x, w.y, w.z, w.w);
+        store_words(kt + key * KLD + c, kr[i]);
+        store_words(vt + key * KLD + c, vr[i]);
       }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -106,12 +102,9 @@ inline void attention_partial_half_span(device const float* q, device const floa
       for (uint i = 0; i < RUNS; ++i) {
         const uint run = min(tid + i * ATTN_HALF_THREADS, B * D / 8u - 1u), c = 8u * (run % (D / 8u));
         const ulong at = ulong(min(j0 + B + run / (D / 8u), k1 - 1u)) * kv_width + c;
-        const float4 k_lo = *(device const float4*)(kh + at), k_hi = *(device const float4*)(kh + at + 4u);
-        const float4 v_lo = *(device const float4*)(vh + at), v_hi = *(device const float4*)(vh + at + 4u);
-        kr[2u * i] = k_lo;
-        kr[2u * i + 1u] = k_hi;
-        vr[2u * i] = v_lo;
-        vr[2u * i + 1u] = v_hi;
+        const uint4 k8 = *(device const uint4*)(kh + at), v8 = *(device const uint4*)(vh + at);
+        kr[i] = k8;
+        vr[i] = v8;
       }
 
     // This slice's share of the scores: Sᵀ = K·Qᵀ over its dimensions (K fragments of 16 keys by 16
@@ -203,7 +196,7 @@ inline void attention_partial_half_span(device const float* q, device const floa
 }
 
 [[max_total_threads_per_threadgroup(ATTN_HALF_THREADS)]] kernel void attention_partial_half_32(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device float* part_ml [[buffer(3)]], device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
     device const float* gate [[buffer(6)]], constant AttentionParams& p [[buffer(7)]],
     uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
@@ -219,7 +212,7 @@ inline void attention_partial_half_span(device const float* q, device const floa
 }
 
 [[max_total_threads_per_threadgroup(ATTN_HALF_THREADS)]] kernel void attention_partial_half_64(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device float* part_ml [[buffer(3)]], device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
     device const float* gate [[buffer(6)]], constant AttentionParams& p [[buffer(7)]],
     uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
@@ -235,7 +228,7 @@ inline void attention_partial_half_span(device const float* q, device const floa
 }
 
 [[max_total_threads_per_threadgroup(ATTN_HALF_THREADS)]] kernel void attention_partial_half_128(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device float* part_ml [[buffer(3)]], device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
     device const float* gate [[buffer(6)]], constant AttentionParams& p [[buffer(7)]],
     uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
@@ -251,7 +244,7 @@ inline void attention_partial_half_span(device const float* q, device const floa
 }
 
 [[max_total_threads_per_threadgroup(ATTN_HALF_THREADS)]] kernel void attention_partial_half_256(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device float* part_ml [[buffer(3)]], device float* part_o [[buffer(4)]], device float* out [[buffer(5)]],
     device const float* gate [[buffer(6)]], constant AttentionParams& p [[buffer(7)]],
     uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],

@@ -8,8 +8,8 @@
 // (GQA). A threadgroup takes ATTN_PREFILL_ROWS rows, ATTN_PREFILL_SIMDGROUP_ROWS (16) per simdgroup,
 // whose query fragments and output accumulator stay in registers, and walks the keys 0 .. the last
 // row's position in tiles of BK; keys past a row's position are masked, tiles past every row's are
-// never loaded. The KV cache is read where the projections wrote it ([position, kv_heads, head_dim],
-// fp32) in 16-byte loads and rounded to half on its way into the tiles.
+// never loaded. The KV cache ([position, kv_heads, head_dim], half: the cache type at this precision)
+// is read in 16-byte runs of K and 8-byte runs of V, copied into the tiles as stored.
 //
 // The running maximum is lazy: a row's probabilities are exp2(s − m) against the maximum m last
 // adopted, and m moves only when a tile's maximum exceeds it by ATTN_PREFILL_RESCALE (log2 units). The
@@ -38,7 +38,7 @@ using namespace metal;
 #define ATTN_PREFILL_SCORE_WORDS(BK) (ATTN_PREFILL_SIMDGROUPS * ATTN_PREFILL_SIMDGROUP_ROWS * ((BK) + 4u) / 4u)
 
 // The V tile's row of dimension 4·group + i. Within each 32 dimensions, row 8i + e holds dimension
-// 4e + i: a thread converts a float4 of dimensions (4 rows) for 8 keys, and the 8 lanes of a quarter
+// 4e + i: a thread transposes 4 dimensions (4 rows) of 8 keys, and the 8 lanes of a quarter
 // warp then store to 8 rows that fall on distinct banks (consecutive dimensions would share two).
 inline uint v_row(uint group, uint i) { return 32u * (group / 8u) + 8u * i + group % 8u; }
 // The dimension of the output held in accumulator column c: the same permutation.
@@ -48,7 +48,7 @@ inline uint column_dim(uint c) { return 32u * (c / 32u) + 4u * (c % 8u) + (c % 3
 // dv0 + DV - 1 (D, DV and BK constants at each call, so that the loops unroll and the matrix arrays stay
 // in registers). Simdgroup matrices come in pairs of row blocks:
 // [2x] rows 0-7, [2x + 1] rows 8-15 of the simdgroup's 16 rows.
-inline void attention_prefill_rows(device const float* q, device const float* k_cache, device const float* v_cache,
+inline void attention_prefill_rows(device const float* q, device const half* k_cache, device const half* v_cache,
                                    device const float* gate, device float* out, constant AttentionPrefillParams& p,
                                    threadgroup half* tiles, threadgroup float* scores, const uint D, const uint DV,
                                    const uint BK, uint tile, uint kvh, uint dv0, uint tid, uint sg, uint lane) {
@@ -96,29 +96,29 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
   const uint k_runs = BK * D / 8u / ATTN_PREFILL_THREADS;  // runs of 8 halves of K per thread
   const uint v_runs = DV / 4u * (BK / 8u);                 // runs of 4 dimensions x 8 keys of V
   for (uint k0 = 0; k0 < keys; k0 += BK) {
-    // V: a float4 of dimensions for 8 keys per run, transposed into 4 runs of the V tile. (V before K:
+    // V: 4 dimensions (8 bytes) for 8 keys per run, transposed into 4 runs of the V tile. (V before K:
     // at head dim 256 the other order leaves CUDA's register allocation three registers short.)
     for (uint i = 0; i < (v_runs + ATTN_PREFILL_THREADS - 1u) / ATTN_PREFILL_THREADS; ++i) {
       const uint run = tid + i * ATTN_PREFILL_THREADS, group = run % (DV / 4u), key = 8u * (run / (DV / 4u));
       if (run < v_runs) {  // all 8 loads before any use
-        float4 v[8];
+        uint2 v[8];  // dimensions 4 group .. +3 of key + e: two halves to a word, the lower dimension low
         for (uint e = 0; e < 8u; ++e) {
-          const float4 f = *(device const float4*)(v_cache + ulong(min(k0 + key + e, keys - 1u)) * kv_width + kvh * D + dv0 + 4u * group);
+          const uint2 f = *(device const uint2*)(v_cache + ulong(min(k0 + key + e, keys - 1u)) * kv_width + kvh * D + dv0 + 4u * group);
           v[e] = f;
         }
-        store_run(vt + v_row(group, 0u) * VLD + key, v[0].x, v[1].x, v[2].x, v[3].x, v[4].x, v[5].x, v[6].x, v[7].x);
-        store_run(vt + v_row(group, 1u) * VLD + key, v[0].y, v[1].y, v[2].y, v[3].y, v[4].y, v[5].y, v[6].y, v[7].y);
-        store_run(vt + v_row(group, 2u) * VLD + key, v[0].z, v[1].z, v[2].z, v[3].z, v[4].z, v[5].z, v[6].z, v[7].z);
-        store_run(vt + v_row(group, 3u) * VLD + key, v[0].w, v[1].w, v[2].w, v[3].w, v[4].w, v[5].w, v[6].w, v[7].w);
+        for (uint i = 0; i < 4u; ++i) {  // dimension 4 group + i of the 8 keys, key e in half e of the run
+          uint w[8];
+          for (uint e = 0; e < 8u; ++e) w[e] = ((i < 2u ? v[e].x : v[e].y) >> (16u * (i % 2u))) & 0xffffu;
+          store_words(vt + v_row(group, i) * VLD + key,
+                      uint4(w[0] | (w[1] << 16u), w[2] | (w[3] << 16u), w[4] | (w[5] << 16u), w[6] | (w[7] << 16u)));
+        }
       }
     }
-    // K rows k0 .. k0+BK-1 (clamped to the last key: masked below), two float4 per run of 8 halves.
+    // K rows k0 .. k0+BK-1 (clamped to the last key: masked below), 16 bytes per run of 8 halves.
     for (uint i = 0; i < k_runs; ++i) {
       const uint run = tid + i * ATTN_PREFILL_THREADS, key = run / (D / 8u), c = 8u * (run % (D / 8u));
-      device const float4* src = (device const float4*)(k_cache + ulong(min(k0 + key, keys - 1u)) * kv_width + kvh * D + c);
-      const float4 lo = src[0];
-      const float4 hi = src[1];
-      store_run(kt + key * KLD + c, lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+      const uint4 k8 = *(device const uint4*)(k_cache + ulong(min(k0 + key, keys - 1u)) * kv_width + kvh * D + c);
+      store_words(kt + key * KLD + c, k8);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
@@ -228,7 +228,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
 }
 
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_32(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
@@ -239,7 +239,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
 }
 
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_64(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
@@ -250,7 +250,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
 }
 
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_128(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
@@ -262,7 +262,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
 
 // Head dim 256 (the model's): tiles of 16 keys keep K and V within 21 KB of threadgroup memory.
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_256(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint2 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
@@ -277,7 +277,7 @@ inline void attention_prefill_rows(device const float* q, device const float* k_
 // picks, and the scores itself, so that its accumulator takes half the registers (202 against 255 with
 // CUDA: two threadgroups per SM) and a key tile half the PV products.
 [[max_total_threads_per_threadgroup(ATTN_PREFILL_THREADS)]] kernel void attention_prefill_256_halves(
-    device const float* q [[buffer(0)]], device const float* k_cache [[buffer(1)]], device const float* v_cache [[buffer(2)]],
+    device const float* q [[buffer(0)]], device const half* k_cache [[buffer(1)]], device const half* v_cache [[buffer(2)]],
     device const float* gate [[buffer(3)]], device float* out [[buffer(4)]], constant AttentionPrefillParams& p [[buffer(5)]],
     uint3 group [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {

@@ -1,4 +1,5 @@
-// Elementwise kernels over fp32 activations (and raw 32-bit copies), plus the embedding gather.
+// Elementwise kernels over fp32 activations (raw 32-bit copies, conversions to and from half), plus the
+// embedding gather.
 // One thread per element, ELEMENTWISE_THREADS per threadgroup.
 #include <metal_stdlib>
 using namespace metal;
@@ -26,6 +27,18 @@ using namespace metal;
 [[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void copy_words(device uint* dst [[buffer(0)]], device const uint* src [[buffer(1)]],
                        constant ElementwiseParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
   if (i < p.count) dst[i] = src[i];
+}
+
+// dst = src rounded to half (an fp32 buffer into an F16 one: KV cache rows)
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void copy_to_half(device half* dst [[buffer(0)]], device const float* src [[buffer(1)]],
+                         constant ElementwiseParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  if (i < p.count) dst[i] = half(src[i]);
+}
+
+// dst = src widened to fp32 (an F16 buffer into an fp32 one)
+[[max_total_threads_per_threadgroup(ELEMENTWISE_THREADS)]] kernel void copy_from_half(device float* dst [[buffer(0)]], device const half* src [[buffer(1)]],
+                           constant ElementwiseParams& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  if (i < p.count) dst[i] = float(src[i]);
 }
 
 // out[t, c] = table[ids[t], c], dequantized; grid (columns / threads, tokens)

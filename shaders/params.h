@@ -371,6 +371,10 @@ struct DeltaNetParams {
   uint trace_norm;
 };
 
+// attention_prep's store of k and v into the KV cache rows: none, fp32 rows, or half rows.
+#define KV_STORE_NONE 0u
+#define KV_STORE_F32 1u
+#define KV_STORE_F16 2u
 struct AttentionPrepParams {
   uint n;
   uint pos0;
@@ -381,6 +385,7 @@ struct AttentionPrepParams {
   uint gated;
   float rope_theta;
   float eps;
+  uint store;  // KV_STORE_*
 };
 
 // Split-K attention (flash-decoding): partial results per (token, head, split of `span` key positions),

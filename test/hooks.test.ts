@@ -121,6 +121,43 @@ describe("capture by name", () => {
     gpu.dispose();
   });
 
+  test.runIf(isBuilt(gpuName))(`edited keys and values reach the fp16 KV cache of the GPU backend (${gpuName})`, async () => {
+    // At fp16 the GPU's cache holds halves, written once the hook points have seen (and here edited) k
+    // and v. Key j of layer 3 is set to a_j · K, so that the next token's scores are a_j (q · K) / sqrt(D):
+    // its head output, computed here from its captured q and gate and the captured values, holds only if
+    // the edited keys and the values reached the cache.
+    const gpu = await load(t1.modelDir, { backend: gpuName, precision: "fp16" });
+    const c = gpu.config, G = c.numHeads / c.numKvHeads, D = c.headDim, kvw = c.numKvHeads * D, n = prompt.length + 1;
+    const K = new Float32Array(kvw).map((_, i) => Math.sin(i));
+    const a = (j: number) => 0.75 * (j - 4);
+    const keyAt = (j: number) => setAt("blocks.3.attn.k", K.map((x) => a(j) * x), { positions: [j] });
+    const s = gpu.session();
+    const p = await s.prefill(prompt, { edits: prompt.map((_, j) => keyAt(j)), capture: ["blocks.3.attn.v"] });
+    const d = await s.decode(prompt[0], {
+      edits: [keyAt(n - 1)],
+      capture: ["blocks.3.attn.q", "blocks.3.attn.v", "blocks.3.attn.gate", "blocks.3.attn.head_out"],
+    });
+    const v = new Float32Array(n * kvw);
+    v.set(p.cache.get("blocks.3.attn.v").data);
+    v.set(d.cache.get("blocks.3.attn.v").data, (n - 1) * kvw);
+    const [q, gate, out] = ["q", "gate", "head_out"].map((x) => d.cache.get(`blocks.3.attn.${x}`).data);
+    const want = new Float32Array(out.length);
+    for (let h = 0; h < c.numHeads; h++) {
+      const kvh = Math.floor(h / G);
+      let qk = 0;
+      for (let i = 0; i < D; i++) qk += q[h * D + i] * K[kvh * D + i];
+      const scores = Array.from({ length: n }, (_, j) => (a(j) * qk) / Math.sqrt(D));
+      const m = Math.max(...scores), e = scores.map((x) => Math.exp(x - m)), total = e.reduce((x, y) => x + y);
+      for (let i = 0; i < D; i++) {
+        let sum = 0;
+        for (let j = 0; j < n; j++) sum += (e[j] / total) * v[j * kvw + kvh * D + i];
+        want[h * D + i] = sum / (1 + Math.exp(-gate[h * D + i]));
+      }
+    }
+    expect(maxAbsDiff(out, want)).toBeLessThan(1e-2 * maxAbs(want));
+    gpu.dispose();
+  });
+
   test("the values fit together: residual adds, splits of q|k|v, expert outputs, the legacy fields", async () => {
     const c = model.config;
     const all = model.hookPoints().filter((p) => !p.optIn).map((p) => p.name);

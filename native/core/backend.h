@@ -2,8 +2,9 @@
 //
 // It is designed for GPUs: the model runs as a per-layer sequence of kernels over buffers the backend
 // owns, and the host reads back nothing in the hot path but logits and the traces a caller asked for.
-// Buffers hold 32-bit elements (F32 or I32); a View is a buffer plus an element offset. All kernels take
-// row counts `n` (tokens) so that one call serves prefill (many rows) and decode (one row).
+// Buffers hold 32-bit elements (F32 or I32), or halves (F16: a GPU's KV cache at its fp16 precision); a
+// View is a buffer plus an element offset. All kernels take row counts `n` (tokens) so that one call
+// serves prefill (many rows) and decode (one row).
 #pragma once
 
 #include <cstddef>
@@ -15,7 +16,8 @@
 
 namespace moelens {
 
-enum class ElemType { F32, I32 };
+enum class ElemType { F32, I32, F16 };
+inline size_t elem_bytes(ElemType t) { return t == ElemType::F16 ? 2 : 4; }
 
 class Buffer {
  public:
@@ -77,7 +79,8 @@ class Backend {
   int prefill_chunk() const { return prefill_chunk_ > 0 ? prefill_chunk_ : default_prefill_chunk(); }
   void set_prefill_chunk(int tokens) { prefill_chunk_ = tokens; }
 
-  // Memory. New buffers are zero-filled.
+  // Memory. New buffers are zero-filled; counts are in elements of the buffer's type (write and read
+  // move them as stored: an F16 element is a half's bits). copy converts between F32 and F16.
   virtual std::unique_ptr<Buffer> alloc(ElemType type, size_t count) = 0;
   virtual std::unique_ptr<Buffer> upload(const std::vector<float>& values) = 0;
   virtual std::unique_ptr<Weight> upload(const LinearWeight& w) = 0;
@@ -127,11 +130,18 @@ class Backend {
   virtual void gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) = 0;
 
   // Gated attention.
+  // The element type of the KV cache of attention layers of shape s (F32, or F16 where every attention
+  // kernel that reads the cache rounds keys and values to half anyway: decode then reads half the bytes).
+  virtual ElemType kv_cache_type(const AttentionShape& s) const {
+    (void)s;
+    return ElemType::F32;
+  }
   // Splits q_proj's per-head [query | gate] rows, applies q/k RMSNorm and partial RoPE at positions
   // pos0 .. pos0+n-1. qg [n, heads*(gated?2:1)*head_dim], k [n, kv_heads*head_dim] (in place);
-  // writes q [n, heads*head_dim] and gate [n, heads*head_dim].
-  virtual void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
-                              View q, View gate) = 0;
+  // writes q [n, heads*head_dim] and gate [n, heads*head_dim]; when k_rows is set, also the cache rows
+  // k_rows and v_rows [n, kv_heads*head_dim] (of kv_cache_type) from k and v [n, kv_heads*head_dim].
+  virtual void attention_prep(View qg, View k, View v, View q_norm, View k_norm, int n, int pos0,
+                              const AttentionShape& s, View q, View gate, View k_rows, View v_rows) = 0;
   // Causal attention of n queries at pos0.. over the cache rows 0 .. pos0+n-1 (GQA).
   // out [n, heads*head_dim]. probs, when set, receives [heads, n, pos0+n] softmax weights. gate, when
   // set ([n, heads*head_dim]), is the output gate: out *= sigmoid(gate).

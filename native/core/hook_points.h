@@ -60,9 +60,9 @@ enum class HookLayout { PerToken, AttentionProbs };
   X(AttnQ, "blocks.{l}.attn.q", Attention, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Heads, HookDim::HeadDim),     \
     "queries after the q norm and RoPE")                                                                             \
   X(AttnK, "blocks.{l}.attn.k", Attention, F32, Edit, PerToken, MOELENS_DIMS(HookDim::KvHeads, HookDim::HeadDim),   \
-    "keys after the k norm and RoPE, as cached")                                                                     \
+    "keys after the k norm and RoPE, as cached (a GPU at fp16 caches them as halves)")                              \
   X(AttnV, "blocks.{l}.attn.v", Attention, F32, Edit, PerToken, MOELENS_DIMS(HookDim::KvHeads, HookDim::HeadDim),   \
-    "values, as cached")                                                                                             \
+    "values, as cached (a GPU at fp16 caches them as halves)")                                                      \
   X(AttnGate, "blocks.{l}.attn.gate", Attention, F32, Edit, PerToken, MOELENS_DIMS(HookDim::Heads, HookDim::HeadDim), \
     "output gate logits (the output is multiplied by their sigmoid)")                                               \
   X(AttnProbs, "blocks.{l}.attn.probs", Attention, F32, Read, AttentionProbs, MOELENS_DIMS(HookDim::Heads),         \

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "config.h"
 #include "hook_run.h"
 #include "intervention.h"
 
@@ -18,8 +19,13 @@ class Model;
 
 struct LayerState {
   std::unique_ptr<Buffer> conv, recurrent;   // DeltaNet
-  std::unique_ptr<Buffer> k_cache, v_cache;  // attention
+  std::unique_ptr<Buffer> k_cache, v_cache;  // attention: [positions, kv_heads * head_dim] of kv_cache_type
 };
+
+// The attention layers' shape, from the config.
+inline AttentionShape attention_shape(const ModelConfig& c) {
+  return {c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, c.attn_output_gate, float(c.rope_theta), c.rms_norm_eps};
+}
 
 // A plan's work buffers for a number of tokens, reused across calls.
 class PlanScratch {

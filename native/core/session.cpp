@@ -28,8 +28,8 @@ Session::Session(const Model& model) : model_(model), be_(model.backend()) {
 Session::~Session() = default;
 
 size_t Session::memory_bytes() const {
-  size_t elems = 0;
-  auto add = [&](const std::unique_ptr<Buffer>& b) { elems += b ? b->count() : 0; };
+  size_t bytes = 0;
+  auto add = [&](const std::unique_ptr<Buffer>& b) { bytes += b ? b->count() * elem_bytes(b->type()) : 0; };
   for (const LayerState& L : layers_) {
     add(L.conv);
     add(L.recurrent);
@@ -38,9 +38,9 @@ size_t Session::memory_bytes() const {
   }
   if (scratch_) {
     for (const auto* b : {&scratch_->ids, &scratch_->h, &scratch_->x, &scratch_->logits}) add(*b);
-    elems += scratch_->plan->elements();
+    bytes += scratch_->plan->elements() * 4;
   }
-  return elems * 4;
+  return bytes;
 }
 
 void Session::deltanet_state(int layer, std::vector<float>* recurrent, std::vector<float>* conv) const {
@@ -66,14 +66,15 @@ std::unique_ptr<Session> Session::fork() const {
   auto s = std::make_unique<Session>(model_);
   s->pos_ = pos_;
   s->kv_capacity_ = kv_capacity_;
+  s->kv_type_ = kv_type_;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerState& src = layers_[i];
     LayerState& dst = s->layers_[i];
     if (src.conv) be_.copy(dst.conv, src.conv, src.conv->count());
     if (src.recurrent) be_.copy(dst.recurrent, src.recurrent, src.recurrent->count());
     if (src.k_cache) {
-      dst.k_cache = be_.alloc(ElemType::F32, src.k_cache->count());
-      dst.v_cache = be_.alloc(ElemType::F32, src.v_cache->count());
+      dst.k_cache = be_.alloc(src.k_cache->type(), src.k_cache->count());
+      dst.v_cache = be_.alloc(src.v_cache->type(), src.v_cache->count());
       be_.copy(dst.k_cache, src.k_cache, src.k_cache->count());
       be_.copy(dst.v_cache, src.v_cache, src.v_cache->count());
     }
@@ -81,9 +82,12 @@ std::unique_ptr<Session> Session::fork() const {
   return s;
 }
 
+// Grows the KV caches to hold `tokens` positions, in the type the backend takes now (kv_cache_type:
+// a GPU's precision may have changed since they were allocated; the rows held are converted).
 void Session::ensure_kv_capacity(int tokens) {
-  if (tokens <= kv_capacity_) return;
   const ModelConfig& c = model_.config();
+  const ElemType type = be_.kv_cache_type(attention_shape(c));
+  if (tokens <= kv_capacity_ && (kv_type_ == type || kv_capacity_ == 0)) return;
   int cap = std::max(256, kv_capacity_);
   while (cap < tokens) cap *= 2;
   cap = std::min(cap, c.max_position_embeddings);
@@ -91,8 +95,8 @@ void Session::ensure_kv_capacity(int tokens) {
   for (int i = 0; i < c.num_layers; ++i) {
     if (c.layer_kinds[size_t(i)] != LayerKind::Attention) continue;
     LayerState& L = layers_[size_t(i)];
-    auto k = be_.alloc(ElemType::F32, size_t(cap) * width);
-    auto v = be_.alloc(ElemType::F32, size_t(cap) * width);
+    auto k = be_.alloc(type, size_t(cap) * width);
+    auto v = be_.alloc(type, size_t(cap) * width);
     if (L.k_cache) {
       be_.copy(k, L.k_cache, size_t(pos_) * width);
       be_.copy(v, L.v_cache, size_t(pos_) * width);
@@ -101,6 +105,7 @@ void Session::ensure_kv_capacity(int tokens) {
     L.v_cache = std::move(v);
   }
   kv_capacity_ = cap;
+  kv_type_ = type;
 }
 
 Session::Scratch& Session::scratch(int m) {
@@ -199,6 +204,7 @@ void Session::restore(Session& before) {
   layers_ = std::move(before.layers_);
   pos_ = before.pos_;
   kv_capacity_ = before.kv_capacity_;
+  kv_type_ = before.kv_type_;
 }
 
 ForwardResult Session::forward(const int32_t* ids, int n, const ForwardOptions& options) {

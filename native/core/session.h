@@ -82,6 +82,7 @@ class Session {
   Backend& be_;
   int pos_ = 0;
   int kv_capacity_ = 0;
+  ElemType kv_type_ = ElemType::F32;  // of the KV caches, once allocated
   std::vector<LayerState> layers_;
   std::unique_ptr<Scratch> scratch_;
 };

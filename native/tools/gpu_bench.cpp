@@ -61,8 +61,8 @@ int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // Bytes a decoded token reads: every dense matrix, k/E of each expert stack, one embedding row (weights),
-// the DeltaNet state (read and written, fp32) and the KV cache (K and V rows, fp32, of every attention
-// layer) at `context` tokens.
+// the DeltaNet state (read and written, fp32) and the KV cache (K and V rows of every attention layer,
+// in the backend's cache type: kv_cache_type) at `context` tokens.
 struct TokenBytes {
   double weights = 0, state = 0, kv = 0;
   double total() const { return weights + state + kv; }
@@ -72,6 +72,7 @@ TokenBytes bytes_per_token(const Model& m, int context) {
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
   TokenBytes b;
+  const double kv_bytes = double(elem_bytes(m.backend().kv_cache_type(attention_shape(c))));
   b.weights = double(w.lm_head.bytes()) + double(w.embed.bytes()) / double(c.vocab_size);
   const double active = double(c.experts_per_token) / double(c.num_experts);
   for (const LayerWeights& L : w.layers) {
@@ -82,7 +83,7 @@ TokenBytes bytes_per_token(const Model& m, int context) {
     } else {
       const AttentionWeights& a = L.attention;
       b.weights += double(a.q.bytes() + a.k.bytes() + a.v.bytes() + a.o.bytes());
-      b.kv += 2.0 * 4.0 * double(context) * c.num_kv_heads * c.head_dim;
+      b.kv += 2.0 * kv_bytes * double(context) * c.num_kv_heads * c.head_dim;
     }
     const MoEWeights& e = L.moe;
     b.weights += double(e.router.bytes() + e.shared_gate.bytes() + e.shared_up.bytes() + e.shared_down.bytes() +

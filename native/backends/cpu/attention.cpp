@@ -2,6 +2,7 @@
 // GQA attention over the KV cache. Math: docs/model.md §2.4.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "activations.h"
@@ -12,8 +13,8 @@ namespace moelens {
 
 using namespace cpu;
 
-void CpuBackend::attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
-                                View q, View gate) {
+void CpuBackend::attention_prep(View qg, View k, View v, View q_norm, View k_norm, int n, int pos0,
+                                const AttentionShape& s, View q, View gate, View k_rows, View v_rows) {
   const int D = s.head_dim, R = s.rotary_dim, half = R / 2;
   const int q_stride = s.gated ? 2 * D : D;
   // inv_freq and angles in fp32, as transformers computes them.
@@ -40,6 +41,11 @@ void CpuBackend::attention_prep(View qg, View k, View q_norm, View k_norm, int n
       norm_rope(qd, f32(q_norm), pos);
     }
     for (int h = 0; h < s.kv_heads; ++h) norm_rope(f32(k) + (size_t(t) * s.kv_heads + h) * D, f32(k_norm), pos);
+  }
+  if (k_rows) {
+    const size_t count = size_t(n) * s.kv_heads * D;
+    std::memmove(f32(k_rows), f32(k), count * 4);
+    std::memmove(f32(v_rows), f32(v), count * 4);
   }
 }
 

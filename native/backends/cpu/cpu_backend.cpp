@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "../../core/error.h"
 #include "activations.h"
 #include "dot.h"
 #include "gemm.h"
@@ -17,7 +18,10 @@ CpuBuffer::CpuBuffer(ElemType type, size_t count) : Buffer(type, count), data_(n
 
 CpuBackend::CpuBackend(int threads, Precision precision) : pool_(threads), precision_(precision) {}
 
-std::unique_ptr<Buffer> CpuBackend::alloc(ElemType type, size_t count) { return std::make_unique<CpuBuffer>(type, count); }
+std::unique_ptr<Buffer> CpuBackend::alloc(ElemType type, size_t count) {
+  if (type == ElemType::F16) fail("cpu backend: no F16 buffers (its KV cache is F32)");
+  return std::make_unique<CpuBuffer>(type, count);
+}
 
 std::unique_ptr<Buffer> CpuBackend::upload(const std::vector<float>& values) {
   auto b = std::make_unique<CpuBuffer>(ElemType::F32, values.size());

@@ -62,8 +62,8 @@ class CpuBackend final : public Backend {
                 View out, const DeltaNetTrace& trace) override;
   void gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) override;
 
-  void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s, View q,
-                      View gate) override;
+  void attention_prep(View qg, View k, View v, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
+                      View q, View gate, View k_rows, View v_rows) override;
   void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
                  View probs, View gate) override;
 

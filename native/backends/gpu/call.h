@@ -49,7 +49,7 @@ class GpuBackend::Call {
   Call(GpuBackend& be, k::Id id) : be_(be) { d_.kernel = int(id); }
   Call& buf(int index, View v) {
     if (!v) fail("gpu backend: kernel ", k::kInfo[d_.kernel].name, ": buffer ", index, " is missing");
-    d_.buffers[index] = {static_cast<GpuBuffer*>(v.buf)->device(), v.offset * 4};
+    d_.buffers[index] = {static_cast<GpuBuffer*>(v.buf)->device(), v.offset * elem_bytes(v.buf->type())};
     return *this;
   }
   Call& buf(int index, const GpuBuffer* b) {

@@ -9,7 +9,7 @@ using shader::WeightDesc;
 // ---- buffers ----
 
 GpuBuffer::GpuBuffer(GpuBackend& owner, ElemType type, size_t count)
-    : Buffer(type, count), owner_(owner), device_(owner.runtime_->create(std::max<size_t>(16, count * 4))) {}
+    : Buffer(type, count), owner_(owner), device_(owner.runtime_->create(std::max<size_t>(16, count * elem_bytes(type)))) {}
 
 GpuBuffer::~GpuBuffer() { owner_.release(device_); }
 
@@ -202,18 +202,20 @@ void GpuBackend::write(View dst, const void* src, size_t count) {
   auto lock = enter();
   if (!count) return;
   auto* b = static_cast<GpuBuffer*>(dst.buf);
+  const size_t e = elem_bytes(b->type());
   forget_int16_rows(b->device());
-  if (!pending_) return runtime_->write(b->device(), dst.offset * 4, src, count * 4);
+  if (!pending_) return runtime_->write(b->device(), dst.offset * e, src, count * e);
   // Recorded work may still read dst: stage the data and copy it in order with that work.
-  GpuBuffer staging(*this, ElemType::F32, count);
-  runtime_->write(staging.device(), 0, src, count * 4);
+  GpuBuffer staging(*this, b->type(), count);
+  runtime_->write(staging.device(), 0, src, count * e);
   copy(dst, View(&staging), count);
 }
 
 void GpuBackend::read(View src, void* dst, size_t count) {
   auto lock = enter();
   if (pending_) finish_locked();
-  if (count) runtime_->read(static_cast<GpuBuffer*>(src.buf)->device(), src.offset * 4, dst, count * 4);
+  const size_t e = elem_bytes(src.buf->type());
+  if (count) runtime_->read(static_cast<GpuBuffer*>(src.buf)->device(), src.offset * e, dst, count * e);
 }
 
 void GpuBackend::copy(View dst, View src, size_t count) {
@@ -221,13 +223,28 @@ void GpuBackend::copy(View dst, View src, size_t count) {
   if (dst.buf == src.buf && dst.offset < src.offset + count && src.offset < dst.offset + count && dst.offset != src.offset)
     fail("gpu backend: copy between overlapping ranges of one buffer");
   if (dst.buf == src.buf && dst.offset == src.offset) return;
+  const bool from_half = src.buf->type() == ElemType::F16, to_half = dst.buf->type() == ElemType::F16;
   shader::ElementwiseParams p{u32(count, "copy size"), 0.f, 0u};
-  Call(*this, k::copy_words::id).buf(k::copy_words::dst, dst).buf(k::copy_words::src, src).params(k::copy_words::p, p)
-      .grid(ceil_div(count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
+  k::Id id = k::copy_words::id;
+  if (from_half != to_half) {  // a conversion: between F16 and F32
+    if ((from_half ? dst : src).buf->type() != ElemType::F32) fail("gpu backend: F16 converts to and from F32 only");
+    id = to_half ? k::copy_to_half::id : k::copy_from_half::id;
+  } else if (from_half) {  // halves, two to a word
+    if (count % 2 != 0 || dst.offset % 2 != 0 || src.offset % 2 != 0)
+      fail("gpu backend: F16 copies take an even number of halves from even offsets");
+    p.count = u32(count / 2, "copy size");
+  }
+  static_assert(k::copy_words::dst == k::copy_to_half::dst && k::copy_words::src == k::copy_to_half::src &&
+                    k::copy_words::p == k::copy_to_half::p && k::copy_words::dst == k::copy_from_half::dst &&
+                    k::copy_words::src == k::copy_from_half::src && k::copy_words::p == k::copy_from_half::p,
+                "copy_words, copy_to_half, copy_from_half: the same bindings");
+  Call(*this, id).buf(k::copy_words::dst, dst).buf(k::copy_words::src, src).params(k::copy_words::p, p)
+      .grid(ceil_div(p.count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
 }
 
 void GpuBackend::fill(View dst, float value, size_t count) {
   auto lock = enter();
+  if (dst.buf->type() == ElemType::F16) fail("gpu backend: fill of an F16 buffer");
   shader::ElementwiseParams p{u32(count, "fill size"), 0.f, 0u};
   std::memcpy(&p.value, &value, 4);
   Call(*this, k::fill_words::id).buf(k::fill_words::dst, dst).params(k::fill_words::p, p)

@@ -113,8 +113,10 @@ class GpuBackend final : public Backend {
                 View out, const DeltaNetTrace& trace) override;
   void gated_rms_norm(View x, View z, View weight, int rows, int dim, float eps, View out) override;
 
-  void attention_prep(View qg, View k, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s, View q,
-                      View gate) override;
+  // F16 where the fp16 precision's attention kernels take the shape (they round keys and values to half).
+  ElemType kv_cache_type(const AttentionShape& s) const override;
+  void attention_prep(View qg, View k, View v, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
+                      View q, View gate, View k_rows, View v_rows) override;
   void attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
                  View probs, View gate) override;
 
@@ -190,7 +192,7 @@ class GpuBackend final : public Backend {
   std::vector<DeviceBuffer*> graveyard_;       // freed while pending; destroyed after the finish
   std::unique_ptr<GpuBuffer> dummy_;           // bound where a kernel's optional buffer is absent
   // internal scratch, grown on demand
-  std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, argmax_parts_;
+  std::unique_ptr<GpuBuffer> moe_h_, moe_shared_h_, attn_ml_, attn_o_, attn_lse_, attn_k32_, attn_v32_, argmax_parts_;
   // MoE prefill: bucket offsets, entries in bucket order, each entry's position, the experts' outputs
   std::unique_ptr<GpuBuffer> moe_offsets_, moe_entries_, moe_positions_, moe_y_, moe_shared_y_;
   std::unique_ptr<GpuBuffer> moe_bucket_counts_;  // the counting sort's [expert, block] counts, then first positions

@@ -17,13 +17,15 @@ MixerScratch::MixerScratch(Backend& be, const ModelConfig& c, int rows) : m(rows
   core = alloc(be, m, c.value_dim());
   qg = alloc(be, m, attn_width * (c.attn_output_gate ? 2 : 1));
   q = alloc(be, m, attn_width);
+  k = alloc(be, m, c.num_kv_heads * c.head_dim);
+  v = alloc(be, m, c.num_kv_heads * c.head_dim);
   gate = alloc(be, m, attn_width);
   attn = alloc(be, m, attn_width);
 }
 
 size_t MixerScratch::elements() const {
   size_t n = 0;
-  for (const auto* b : {&mix, &qkv, &qkv_conv, &z, &this->b, &a, &core, &qg, &q, &gate, &attn}) n += (*b)->count();
+  for (const auto* b : {&mix, &qkv, &qkv_conv, &z, &this->b, &a, &core, &qg, &q, &k, &v, &gate, &attn}) n += (*b)->count();
   return n;
 }
 
@@ -53,16 +55,22 @@ void run_attention(const LayerStep& step, MixerScratch& s, LayerState& state, co
   Backend& be = step.be;
   HookRun& hooks = step.hooks;
   const int m = step.m, pos = step.pos;
-  const AttentionShape as{c.num_heads, c.num_kv_heads, c.head_dim, c.rotary_dim, c.attn_output_gate,
-                          float(c.rope_theta), c.rms_norm_eps};
+  const AttentionShape as = attention_shape(c);
   const size_t kv_width = size_t(c.num_kv_heads) * c.head_dim;
-  // k and v go straight into the cache rows of these tokens; k is normed and rotated there.
+  // k (normed and rotated in place) and v go into the cache rows of these tokens, in the cache's type:
+  // by attention_prep, or once the hook points have seen (and maybe edited) them.
   const View k_rows(state.k_cache, size_t(pos) * kv_width), v_rows(state.v_cache, size_t(pos) * kv_width);
-  be.matmul_group({{W.q.get(), s.qg}, {W.k.get(), k_rows}, {W.v.get(), v_rows}}, step.x, m);
-  be.attention_prep(s.qg, k_rows, W.q_norm, W.k_norm, m, pos, as, s.q, s.gate);
+  const bool kv_hooks = hooks.active(HookId::AttnK, l) || hooks.active(HookId::AttnV, l);
+  be.matmul_group({{W.q.get(), s.qg}, {W.k.get(), s.k}, {W.v.get(), s.v}}, step.x, m);
+  be.attention_prep(s.qg, s.k, s.v, W.q_norm, W.k_norm, m, pos, as, s.q, s.gate, kv_hooks ? View() : k_rows,
+                    kv_hooks ? View() : v_rows);
   hooks.tap(HookId::AttnQ, l, s.q);
-  hooks.tap(HookId::AttnK, l, k_rows);
-  hooks.tap(HookId::AttnV, l, v_rows);
+  if (kv_hooks) {
+    hooks.tap(HookId::AttnK, l, s.k);
+    hooks.tap(HookId::AttnV, l, s.v);
+    be.copy(k_rows, s.k, size_t(m) * kv_width);
+    be.copy(v_rows, s.v, size_t(m) * kv_width);
+  }
   if (c.attn_output_gate) hooks.tap(HookId::AttnGate, l, s.gate);
   be.attention(s.q, state.k_cache, state.v_cache, m, pos, as, s.attn, hooks.sink(HookId::AttnProbs, l),
                c.attn_output_gate ? View(s.gate) : View());

@@ -10,7 +10,7 @@ namespace moelens {
 
 struct MixerScratch : PlanScratch {
   int m;
-  std::unique_ptr<Buffer> mix, qkv, qkv_conv, z, b, a, core, qg, q, gate, attn;
+  std::unique_ptr<Buffer> mix, qkv, qkv_conv, z, b, a, core, qg, q, k, v, gate, attn;
 
   MixerScratch(Backend& be, const ModelConfig& c, int rows);
   int rows() const override { return m; }

@@ -52,8 +52,8 @@ static void check_spans(Ctx& c, const SpanShape& a) {
   std::vector<float> keys = c.rng.normals(size_t(total) * kvw);
   for (size_t j = 0; j < size_t(total); ++j)
     for (size_t i = 0; i < kvw; ++i) keys[j * kvw + i] *= 1.0f + a.ramp * float(j % 64) / 8.0f;
-  Pair q = c.floats(c.rng.normals(width)), kc = c.floats(keys);
-  Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+  Pair q = c.floats(c.rng.normals(width)), kc = c.kv_cache(keys, s);
+  Pair vc = c.kv_cache(c.rng.normals(size_t(total) * kvw), s), out = c.zeros(width);
   Pair gate = c.floats(c.rng.normals(width, 2.0f));
   const size_t probs_size = size_t(a.heads) * a.n * total;
   Pair probs = c.zeros(probs_size);
@@ -84,22 +84,97 @@ void add_attention_cases(Cases& all) {
   };
   for (PrepShape ps : {PrepShape{4, 2, 64, 16}, PrepShape{16, 2, 256, 64}, PrepShape{2, 1, 32, 32}, PrepShape{3, 1, 96, 0}})
     for (bool gated : {true, false})
-      add(std::string("attention_prep ") + std::to_string(ps.dim) + (gated ? " gated" : ""), [gated, ps](Ctx& c) {
-        c.shape = std::to_string(ps.heads) + "/" + std::to_string(ps.kv) + " heads of " + std::to_string(ps.dim) + ", rotary " +
-                  std::to_string(ps.rotary) + ", 3 tokens at 1000";
-        const AttentionShape s{ps.heads, ps.kv, ps.dim, ps.rotary, gated, 1e7f, 1e-6f};
-        const int n = 3, pos0 = 1000, qw = s.heads * s.head_dim * (gated ? 2 : 1);
-        Pair qg = c.floats(c.rng.normals(size_t(n) * qw)), k = c.floats(c.rng.normals(size_t(n) * s.kv_heads * s.head_dim));
-        Pair qn = c.floats(c.rng.normals(s.head_dim)), kn = c.floats(c.rng.normals(s.head_dim));
-        Pair q = c.zeros(size_t(n) * s.heads * s.head_dim), gate = c.zeros(size_t(n) * s.heads * s.head_dim);
-        c.cpu.attention_prep(View(qg.cpu.get()), View(k.cpu.get()), View(qn.cpu.get()), View(kn.cpu.get()), n, pos0, s,
-                             View(q.cpu.get()), View(gate.cpu.get()));
-        c.gpu.attention_prep(View(qg.gpu.get()), View(k.gpu.get()), View(qn.gpu.get()), View(kn.gpu.get()), n, pos0, s,
-                             View(q.gpu.get()), View(gate.gpu.get()));
-        c.expect_close("attention_prep q", q, size_t(n) * s.heads * s.head_dim, 1e-5f);
-        c.expect_close("attention_prep k", k, size_t(n) * s.kv_heads * s.head_dim, 1e-5f);
-        c.expect_close("attention_prep gate", gate, size_t(n) * s.heads * s.head_dim, 0.0f);
-      });
+      for (ElemType rows : {ElemType::F32, ElemType::F16})
+        add(std::string("attention_prep ") + std::to_string(ps.dim) + (gated ? " gated" : "") +
+                (rows == ElemType::F16 ? ", half cache rows" : ", fp32 cache rows"),
+            [gated, ps, rows](Ctx& c) {
+              c.shape = std::to_string(ps.heads) + "/" + std::to_string(ps.kv) + " heads of " + std::to_string(ps.dim) +
+                        ", rotary " + std::to_string(ps.rotary) + ", 3 tokens at 1000 into cache rows at 2";
+              const AttentionShape s{ps.heads, ps.kv, ps.dim, ps.rotary, gated, 1e7f, 1e-6f};
+              const int n = 3, pos0 = 1000, qw = s.heads * s.head_dim * (gated ? 2 : 1);
+              const size_t kvw = size_t(n) * s.kv_heads * s.head_dim, at = 2 * size_t(s.kv_heads) * s.head_dim;
+              Pair qg = c.floats(c.rng.normals(size_t(n) * qw)), k = c.floats(c.rng.normals(kvw));
+              Pair v = c.floats(c.rng.normals(kvw));
+              Pair qn = c.floats(c.rng.normals(s.head_dim)), kn = c.floats(c.rng.normals(s.head_dim));
+              Pair q = c.zeros(size_t(n) * s.heads * s.head_dim), gate = c.zeros(size_t(n) * s.heads * s.head_dim);
+              Pair kr = c.zeros(at + kvw), vr = c.zeros(at + kvw);  // the CPU's rows: fp32
+              auto k_rows = c.gpu.alloc(rows, at + kvw), v_rows = c.gpu.alloc(rows, at + kvw);
+              c.cpu.attention_prep(View(qg.cpu.get()), View(k.cpu.get()), View(v.cpu.get()), View(qn.cpu.get()),
+                                   View(kn.cpu.get()), n, pos0, s, View(q.cpu.get()), View(gate.cpu.get()),
+                                   View(kr.cpu.get(), at), View(vr.cpu.get(), at));
+              c.gpu.attention_prep(View(qg.gpu.get()), View(k.gpu.get()), View(v.gpu.get()), View(qn.gpu.get()),
+                                   View(kn.gpu.get()), n, pos0, s, View(q.gpu.get()), View(gate.gpu.get()),
+                                   View(k_rows.get(), at), View(v_rows.get(), at));
+              c.expect_close("attention_prep q", q, size_t(n) * s.heads * s.head_dim, 1e-5f);
+              c.expect_close("attention_prep k", k, kvw, 1e-5f);
+              c.expect_close("attention_prep gate", gate, size_t(n) * s.heads * s.head_dim, 0.0f);
+              // The CPU's rows: its k and v. The GPU's: its own k and v as stored (rounded to half by the
+              // converting copy for a half cache). Bit for bit; the rows before `at` untouched.
+              if (c.read_cpu(kr, kvw, at) != c.read_cpu(k, kvw) || c.read_cpu(vr, kvw, at) != c.read_cpu(v, kvw))
+                throw Failure("the CPU backend's cache rows differ from its k and v");
+              for (auto [name, got, from] : {std::tuple{"k rows", k_rows.get(), k.gpu.get()}, std::tuple{"v rows", v_rows.get(), v.gpu.get()}}) {
+                auto want = c.gpu.alloc(rows, kvw);
+                c.gpu.copy(View(want.get()), View(from), kvw);
+                const size_t bytes = elem_bytes(rows);
+                std::vector<uint8_t> a((at + kvw) * bytes), b(kvw * bytes);
+                c.gpu.read(View(got), a.data(), at + kvw);
+                c.gpu.read(View(want.get()), b.data(), kvw);
+                if (std::any_of(a.begin(), a.begin() + long(at * bytes), [](uint8_t x) { return x != 0; }))
+                  throw Failure(std::string("attention_prep wrote before its ") + name);
+                if (std::memcmp(a.data() + at * bytes, b.data(), kvw * bytes) != 0)
+                  throw Failure(std::string("attention_prep ") + name + " differ from its k and v as stored");
+              }
+            });
+
+  // Without cache rows (the hook points of k or v are tapped first), only k changes in place.
+  add("attention_prep without cache rows", [](Ctx& c) {
+    c.shape = "16/2 heads of 256, rotary 64, 2 tokens at 7";
+    const AttentionShape s{16, 2, 256, 64, true, 1e7f, 1e-6f};
+    const int n = 2, pos0 = 7;
+    const size_t kvw = size_t(n) * s.kv_heads * s.head_dim, width = size_t(n) * s.heads * s.head_dim;
+    Pair qg = c.floats(c.rng.normals(2 * width)), k = c.floats(c.rng.normals(kvw)), v = c.floats(c.rng.normals(kvw));
+    Pair qn = c.floats(c.rng.normals(s.head_dim)), kn = c.floats(c.rng.normals(s.head_dim));
+    Pair q = c.zeros(width), gate = c.zeros(width);
+    for (Backend* be : {static_cast<Backend*>(&c.cpu), static_cast<Backend*>(&c.gpu)}) {
+      const bool gpu = be == &c.gpu;
+      be->attention_prep(View(gpu ? qg.gpu.get() : qg.cpu.get()), View(gpu ? k.gpu.get() : k.cpu.get()),
+                         View(gpu ? v.gpu.get() : v.cpu.get()), View(gpu ? qn.gpu.get() : qn.cpu.get()),
+                         View(gpu ? kn.gpu.get() : kn.cpu.get()), n, pos0, s, View(gpu ? q.gpu.get() : q.cpu.get()),
+                         View(gpu ? gate.gpu.get() : gate.cpu.get()), View(), View());
+    }
+    c.expect_close("attention_prep q", q, width, 1e-5f);
+    c.expect_close("attention_prep k", k, kvw, 1e-5f);
+  });
+
+  // copy between F32 and F16 buffers (copy_to_half, copy_from_half) and of halves (copy_words): values
+  // rounded to nearest even, and back exactly.
+  add("copy to and from half", [](Ctx& c) {
+    c.shape = "1001 values of every magnitude half takes, and 1000 halves at an even offset";
+    std::vector<float> v = c.rng.normals(1001);
+    for (size_t i = 0; i < v.size(); ++i) v[i] *= std::ldexp(1.0f, int(i % 40) - 26);  // below half's subnormals to 2^13
+    v[0] = 65504.0f, v[1] = -0.0f, v[2] = 1.0f + 1.0f / 2048.0f, v[3] = 1.0f + 3.0f / 2048.0f;  // max, ties to even
+    auto src = c.gpu.upload(v), h = c.gpu.alloc(ElemType::F16, v.size()), h2 = c.gpu.alloc(ElemType::F16, v.size() + 1);
+    auto back = c.gpu.alloc(ElemType::F32, v.size());
+    c.gpu.copy(View(h.get()), View(src.get()), v.size());
+    c.gpu.copy(View(h2.get(), 2), View(h.get()), 998);
+    c.gpu.copy(View(back.get()), View(h.get()), v.size());
+    std::vector<uint16_t> bits(v.size()), bits2(v.size() + 1);
+    std::vector<float> wide(v.size());
+    c.gpu.read(View(h.get()), bits.data(), v.size());
+    c.gpu.read(View(h2.get()), bits2.data(), v.size() + 1);
+    c.gpu.read(View(back.get()), wide.data(), v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float r = f16_to_f32(bits[i]);
+      // Round to nearest: no half lies between v and r, and a tie went to the even one.
+      const float err = std::fabs(r - v[i]);
+      const float ulp = std::fabs(f16_to_f32(uint16_t(bits[i] ^ 1u)) - r);
+      if (!(err <= ulp / 2) || (err == ulp / 2 && (bits[i] & 1u)))
+        throw Failure("value " + std::to_string(i) + " (" + std::to_string(v[i]) + ") rounded to " + std::to_string(r));
+      if (wide[i] != r) throw Failure("half " + std::to_string(i) + " widened to " + std::to_string(wide[i]));
+      if (i < 998 && bits2[2 + i] != bits[i]) throw Failure("the halves' copy differs at " + std::to_string(i));
+    }
+    if (bits[2] != 0x3c00u || bits[3] != 0x3c02u) throw Failure("ties not rounded to even");
+  });
 
   struct AttnShape {
     int heads, kv, dim, n, pos0;
@@ -160,7 +235,7 @@ void add_attention_cases(Cases& all) {
             HalvesBelow(gpu::GpuBackend& g, size_t below) : gpu(g) { gpu.set_attention_halves_below(below); }
             ~HalvesBelow() { gpu.set_attention_halves_below(ATTN_PREFILL_HALVES_BELOW); }
           } halves_below(c.gpu, a.whole ? 0u : ATTN_PREFILL_HALVES_BELOW);
-          const bool tiled = c.gpu.tiled(a.n) && !a.probs;
+          const bool tiled = c.gpu.tiled(a.n) && !a.probs;  // (these shapes' caches are half at fp16)
           c.shape = std::to_string(a.heads) + "/" + std::to_string(a.kv) + " heads of " + std::to_string(a.dim) + ", " +
                     std::to_string(a.n) + " tokens at " + std::to_string(a.pos0) + (a.gated ? ", gated" : "") +
                     (a.probs ? ", probs" : "") + (a.ramp > 0.0f ? ", growing scores" : "") + (a.whole ? ", whole" : "");
@@ -170,8 +245,8 @@ void add_attention_cases(Cases& all) {
           std::vector<float> keys = c.rng.normals(size_t(total) * kvw);
           for (size_t j = 0; j < size_t(total); ++j)
             for (size_t i = 0; i < kvw; ++i) keys[j * kvw + i] *= 1.0f + a.ramp * float(j) / 8.0f;
-          Pair q = c.floats(c.rng.normals(width)), kc = c.floats(keys);
-          Pair vc = c.floats(c.rng.normals(size_t(total) * kvw)), out = c.zeros(width);
+          Pair q = c.floats(c.rng.normals(width)), kc = c.kv_cache(keys, s);
+          Pair vc = c.kv_cache(c.rng.normals(size_t(total) * kvw), s), out = c.zeros(width);
           Pair gate = c.floats(c.rng.normals(width, 2.0f));
           const size_t probs_size = size_t(a.heads) * a.n * total;
           Pair probs = c.zeros(probs_size);
@@ -195,8 +270,8 @@ void add_attention_cases(Cases& all) {
         });
 
 
-  // The flash-attention kernels read K and V as float4: a cache view that does not start on a 16-byte
-  // boundary is refused with the reason, not read misaligned.
+  // The attention kernels read K and V in 16-byte runs: a cache view that does not start on a 16-byte
+  // boundary is refused with the reason, not read misaligned (an fp32 cache here, a half one below).
   add("attention_prefill KV cache view off a 16-byte boundary", [](Ctx& c) {
     c.shape = "8/1 heads of 64, 16 tokens, the K cache view at 1 float";
     const AttentionShape s{8, 1, 64, 16, false, 1e7f, 1e-6f};
@@ -212,6 +287,20 @@ void add_attention_cases(Cases& all) {
       throw Failure(std::string("unexpected error: ") + e.what());
     }
     throw Failure("a K cache view at 1 float was accepted");
+  });
+  add("attention KV cache view of halves off a 16-byte boundary", [](Ctx& c) {
+    c.shape = "8/1 heads of 64, 1 token, the half K cache view at 4 halves";
+    const AttentionShape s{8, 1, 64, 16, false, 1e7f, 1e-6f};
+    const size_t width = size_t(s.heads) * s.head_dim, kvw = size_t(s.kv_heads) * s.head_dim;
+    Pair q = c.floats(c.rng.normals(width)), out = c.zeros(width);
+    auto kc = c.gpu.alloc(ElemType::F16, kvw + 4), vc = c.gpu.alloc(ElemType::F16, kvw);
+    try {
+      c.gpu.attention(View(q.gpu.get()), View(kc.get(), 4), View(vc.get()), 1, 0, s, View(out.gpu.get()), View(), View());
+    } catch (const std::exception& e) {
+      if (std::string(e.what()).find("16-byte boundary") != std::string::npos) return;
+      throw Failure(std::string("unexpected error: ") + e.what());
+    }
+    throw Failure("a half K cache view at 4 halves was accepted");
   });
 
   // The split-K kernels over spans sized by the context (attention_split.h), at fp32 (the fp16 precision

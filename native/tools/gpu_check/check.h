@@ -85,6 +85,19 @@ struct Ctx {
     gpu.write(View(p.gpu.get()), v.data(), v.size());
     return p;
   }
+  // A KV cache pair of the type the GPU backend takes for shape s (kv_cache_type): an F16 cache holds v
+  // rounded to half by the backend's converting copy, and the CPU's cache the same rounded values.
+  Pair kv_cache(const std::vector<float>& v, const AttentionShape& s) {
+    if (gpu.kv_cache_type(s) != ElemType::F16) return floats(v);
+    Pair p{nullptr, gpu.alloc(ElemType::F16, v.size())};
+    gpu.copy(View(p.gpu.get()), View(gpu.upload(v).get()), v.size());
+    std::vector<uint16_t> bits(v.size());
+    gpu.read(View(p.gpu.get()), bits.data(), v.size());
+    std::vector<float> rounded(v.size());
+    for (size_t i = 0; i < v.size(); ++i) rounded[i] = f16_to_f32(bits[i]);
+    p.cpu = cpu.upload(rounded);
+    return p;
+  }
   std::vector<float> read_cpu(const Pair& p, size_t n, size_t offset = 0) {
     std::vector<float> v(n);
     cpu.read(View(p.cpu.get(), offset), v.data(), n);

@@ -74,18 +74,31 @@ constexpr k::Id kPrefillBuilds[4] = {ap32::id, ap64::id, ap128::id, ap256::id}; 
 constexpr k::Id kHalfBuilds[4] = {ah32::id, ah64::id, ah128::id, ah256::id};  // split-K on the matrix units
 }  // namespace
 
-void GpuBackend::attention_prep(View qg, View kv, View q_norm, View k_norm, int n, int pos0, const AttentionShape& s,
-                                View q, View gate) {
+ElemType GpuBackend::kv_cache_type(const AttentionShape& s) const {
+  k::Id id;
+  const bool half = precision_ == Precision::F16 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 &&
+                    s.heads / s.kv_heads <= int(ATTN_HALF_GROUP) && head_dim_build(s.head_dim, kHalfBuilds, &id) &&
+                    head_dim_build(s.head_dim, kPrefillBuilds, &id);
+  return half ? ElemType::F16 : ElemType::F32;
+}
+
+void GpuBackend::attention_prep(View qg, View k, View v, View q_norm, View k_norm, int n, int pos0,
+                                const AttentionShape& s, View q, View gate, View k_rows, View v_rows) {
   auto lock = enter();
   if (s.rotary_dim % 2 != 0 || s.rotary_dim > s.head_dim) fail("gpu backend: rotary_dim ", s.rotary_dim, " for head_dim ", s.head_dim);
   if (s.head_dim <= 0 || s.head_dim > int(ATTN_SPLIT_MAX_HEAD_DIM))
     fail("gpu backend: attention head_dim ", s.head_dim, " (the kernels take up to ", ATTN_SPLIT_MAX_HEAD_DIM, ")");
+  const bool store = bool(k_rows), half = store && k_rows.buf->type() == ElemType::F16;
+  if (store && (!v || !v_rows || v_rows.buf->type() != k_rows.buf->type() || k_rows.buf->type() == ElemType::I32))
+    fail("gpu backend: attention_prep stores k and v into KV cache rows of one type, F32 or F16");
   shader::AttentionPrepParams p{u32(size_t(n), "tokens"), u32(size_t(pos0), "position"), uint32_t(s.heads),
                                 uint32_t(s.kv_heads), uint32_t(s.head_dim), uint32_t(s.rotary_dim), s.gated ? 1u : 0u,
-                                s.rope_theta, s.eps};
+                                s.rope_theta, s.eps, !store ? KV_STORE_NONE : half ? KV_STORE_F16 : KV_STORE_F32};
   namespace a = k::attention_prep;
-  Call(*this, a::id).buf(a::qg, qg).buf(a::k, kv).buf(a::q_norm, q_norm).buf(a::k_norm, k_norm).buf(a::q, q)
-      .opt(a::gate, s.gated ? gate : View()).params(a::p, p).grid(p.heads + p.kv_heads, p.n).threads(32).run();
+  Call(*this, a::id).buf(a::qg, qg).buf(a::k, k).buf(a::q_norm, q_norm).buf(a::k_norm, k_norm).buf(a::q, q)
+      .opt(a::gate, s.gated ? gate : View()).opt(a::v, store ? v : View()).opt(a::k_rows, store && !half ? k_rows : View())
+      .opt(a::v_rows, store && !half ? v_rows : View()).opt(a::k_rows_half, half ? k_rows : View())
+      .opt(a::v_rows_half, half ? v_rows : View()).params(a::p, p).grid(p.heads + p.kv_heads, p.n).threads(32).run();
 }
 
 void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, const AttentionShape& s, View out,
@@ -94,12 +107,15 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   const size_t H = size_t(s.heads), D = size_t(s.head_dim);
   if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) fail("gpu backend: attention heads not a multiple of KV heads");
   const size_t G = H / size_t(s.kv_heads);
+  const bool half_cache = k_cache.buf->type() == ElemType::F16;
+  if (v_cache.buf->type() != k_cache.buf->type() || k_cache.buf->type() == ElemType::I32)
+    fail("gpu backend: attention KV caches of one type, F32 or F16");
+  if (k_cache.offset % (half_cache ? 8 : 4) != 0 || v_cache.offset % (half_cache ? 8 : 4) != 0)
+    fail("gpu backend: attention KV cache views must start on a 16-byte boundary (16-byte loads)");
   k::Id prefill_id;
-  // Tiled prefill: one flash-attention launch. The softmax weights (probs) come from the split-K kernels,
-  // which keep each row's log-sum-exp; so do head dims without a tiled kernel.
-  if (tiled(n) && !probs && head_dim_build(s.head_dim, kPrefillBuilds, &prefill_id)) {
-    if (k_cache.offset % 4 != 0 || v_cache.offset % 4 != 0)
-      fail("gpu backend: attention KV cache views must start on a 16-byte boundary (float4 loads)");
+  // Tiled prefill: one flash-attention launch over a half cache. The softmax weights (probs) come from
+  // the split-K kernels, which keep each row's log-sum-exp; so do head dims without a tiled kernel.
+  if (tiled(n) && half_cache && !probs && head_dim_build(s.head_dim, kPrefillBuilds, &prefill_id)) {
     shader::AttentionPrefillParams p{};
     p.n = u32(size_t(n), "tokens");
     p.pos0 = u32(size_t(pos0), "position");
@@ -122,8 +138,6 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
     fail("gpu backend: ", G, " query heads of dim ", D, " per KV head exceed the attention kernel's threadgroup memory");
   if (D % 4 != 0 || D > ATTN_SPLIT_MAX_HEAD_DIM)
     fail("gpu backend: attention head_dim ", D, " (the split-K kernels take multiples of 4 up to ", ATTN_SPLIT_MAX_HEAD_DIM, ")");
-  if (k_cache.offset % 4 != 0 || v_cache.offset % 4 != 0)
-    fail("gpu backend: attention KV cache views must start on a 16-byte boundary (float4 loads)");
   const size_t total = size_t(pos0) + size_t(n);
   shader::AttentionParams p{};
   p.n_call = u32(size_t(n), "tokens");
@@ -142,10 +156,20 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   }
   p.splits = split.splits;
   p.span = split.span;
-  // The fp16 precision's spans on the matrix units: groups up to the products' 8 columns, head dims with a
-  // build; the softmax weights (probs) need the fp32 kernels' log-sum-exp.
+  // A half cache's spans on the matrix units: groups up to the products' 8 columns, head dims with a
+  // build. The softmax weights (probs) need the fp32 kernels' log-sum-exp; they read an fp32 copy of
+  // the rows of a half cache.
   k::Id half_id;
-  const bool half = precision_ == Precision::F16 && !probs && G <= ATTN_HALF_GROUP && head_dim_build(s.head_dim, kHalfBuilds, &half_id);
+  const bool half = half_cache && !probs && G <= ATTN_HALF_GROUP && head_dim_build(s.head_dim, kHalfBuilds, &half_id);
+  if (half_cache && !half) {
+    const size_t rows = total * size_t(s.kv_heads) * D;
+    scratch(attn_k32_, rows);
+    scratch(attn_v32_, rows);
+    copy(View(attn_k32_.get()), k_cache, rows);
+    copy(View(attn_v32_.get()), v_cache, rows);
+    k_cache = View(attn_k32_.get());
+    v_cache = View(attn_v32_.get());
+  }
   if (split.splits > 1) {
     scratch(attn_ml_, block * H * split.splits * 2);
     scratch(attn_o_, block * H * split.splits * D);
