@@ -7,7 +7,8 @@
 // row's scale instead of 2e-7 (docs/reports/2026-12-04-h200-gemv-half-products.md). Q and P quantise x
 // per block first and multiply in integers: Q to int8 (as llama.cpp's q8_1, dp4a), P to int16 (dp2a),
 // the fp16 precision's decode GEMV (shaders/common.h rows_dot_int16, P with a 16-byte block per lane:
-// docs/reports/2026-12-04-h200-int16-decode.md).
+// docs/reports/2026-12-04-h200-int16-decode.md). M keeps fp32 accuracy on the tensor cores (x as three
+// half pieces): for the exact GEMVs (the lm_head, the router).
 //
 //   nvcc -O3 -arch=sm_90 -o /tmp/gemv-variants bench/gpu/gemv-variants.cu && /tmp/gemv-variants
 #include <cmath>
@@ -408,6 +409,111 @@ __global__ void gemv_int(Mat m, const typename W::X* xq, const float* dx, const 
   }
 }
 
+// M: the fp32-exact GEMV on the tensor cores. x (scaled by 2^-E into [-1, 1]) is the sum of three halves,
+// x' = h0 + 2^-11 h1 + 2^-22 h2 (33 bits: fp32's 24 and room for elements far below the largest), and a
+// 4-bit weight is exact in half; mma.sync m16n8k16 takes 16 rows x 16 columns of weights as A and the
+// pieces as three of B's 8 columns, its products exact (4 x 11 bits) and summed in fp32. Per group of 64
+// columns the four k blocks go into a fresh accumulator, which the group's scale then weights in fp32:
+// y = 2^E Σ_g s_g (D0 + 2^-11 D1 + 2^-22 D2) + Σ_g b_g Σx_g. A warp takes 16·T rows; lane (g = l/4,
+// t = l%4) loads 8 bytes (columns 16t .. 16t+15 of the group) of rows g and g+8 of each tile, and
+// block b's A registers are nibbles (b, b+4) of its two words: logical k (2t, 2t+1) is column
+// (16t + b, 16t + b + 4), k (2t+8, 2t+9) column (16t + 8 + b, 16t + 12 + b). The pieces are stored in
+// that order per (group, block, lane): B's registers for column n = l/4 (piece n; zero from 3).
+__device__ __forceinline__ uint32_t nibble_pair_half2(uint32_t w, int b) {
+  const uint32_t v = ((w >> (4 * b)) & 0x000F000Fu) | 0x64006400u;  // (1024 + n_b, 1024 + n_(b+4))
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), __half2half2(__ushort_as_half(0x6400u)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <int T>
+__global__ void gemv_m(Mat m, const uint2* xp, const float* xsum, float scale_e, float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row0 = (blockIdx.x * (blockDim.x / 32) + warp) * 16 * T;
+  if (row0 >= m.rows) return;
+  const int rb = m.cols / 2, gpr = m.cols / kGroup;
+  float acc[T][2][2] = {}, bias_acc[T][2] = {};  // [tile][row g, g+8][this lane's two pieces]
+  int rows[T][2];
+#pragma unroll
+  for (int i = 0; i < T; ++i) rows[i][0] = min(row0 + 16 * i + g, m.rows - 1), rows[i][1] = min(row0 + 16 * i + g + 8, m.rows - 1);
+  for (int gi = 0; gi < gpr; ++gi) {
+    uint2 w[T][2];
+#pragma unroll
+    for (int i = 0; i < T; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) w[i][h] = *reinterpret_cast<const uint2*>(m.w + size_t(rows[i][h]) * rb + gi * 32 + 8 * t);
+    uint2 b[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) b[k] = xp[(gi * 4 + k) * 32 + lane];
+    float sc[T][2], bi[T][2];
+#pragma unroll
+    for (int i = 0; i < T; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sc[i][h] = bf(m.s[size_t(rows[i][h]) * gpr + gi]), bi[i][h] = bf(m.b[size_t(rows[i][h]) * gpr + gi]);
+    const float xs = xsum[gi];
+#pragma unroll
+    for (int i = 0; i < T; ++i) {
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t a0 = nibble_pair_half2(w[i][0].x, k), a1 = nibble_pair_half2(w[i][1].x, k);
+        const uint32_t a2 = nibble_pair_half2(w[i][0].y, k), a3 = nibble_pair_half2(w[i][1].y, k);
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b[k].x), "r"(b[k].y));
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        acc[i][h][0] += sc[i][h] * d[2 * h];
+        acc[i][h][1] += sc[i][h] * d[2 * h + 1];
+        bias_acc[i][h] += bi[i][h] * xs;
+      }
+    }
+  }
+  // Lane t holds pieces 2t and 2t + 1 (t = 0: h0, h1; t = 1: h2): joined by two shuffles.
+#pragma unroll
+  for (int i = 0; i < T; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float hi = acc[i][h][0] + acc[i][h][1] * (1.0f / 2048.0f);
+      const float lo = __shfl_down_sync(0xffffffffu, acc[i][h][0], 1) * (1.0f / 4194304.0f);
+      if (t == 0 && row0 + 16 * i + g + 8 * h < m.rows)
+        y[row0 + 16 * i + g + 8 * h] = scale_e * (hi + lo) + bias_acc[i][h];
+    }
+}
+
+// The pieces of x for gemv_m, in its register order, and each group's Σx.
+void x_pieces(const std::vector<float>& x, std::vector<uint2>& xp, std::vector<float>& xsum, float& scale_e) {
+  float mx = 0;
+  for (float v : x) mx = std::max(mx, std::fabs(v));
+  const int e = mx > 0 ? int(std::ceil(std::log2(mx))) : 0;
+  scale_e = std::ldexp(1.0f, e);
+  const int groups = int(x.size()) / kGroup;
+  std::vector<__half> h[3];
+  for (auto& v : h) v.resize(x.size());
+  for (size_t c = 0; c < x.size(); ++c) {
+    const float xp0 = std::ldexp(x[c], -e);
+    h[0][c] = __float2half_rn(xp0);
+    const float r1 = xp0 - __half2float(h[0][c]);
+    h[1][c] = __float2half_rn(r1 * 2048.0f);
+    const float r2 = r1 - __half2float(h[1][c]) / 2048.0f;
+    h[2][c] = __float2half_rn(r2 * 4194304.0f);
+  }
+  xp.assign(size_t(groups) * 4 * 32, uint2{0, 0});
+  xsum.assign(groups, 0.f);
+  auto pack = [](__half a, __half b) { return uint32_t(__half_as_ushort(a)) | (uint32_t(__half_as_ushort(b)) << 16); };
+  for (int gi = 0; gi < groups; ++gi) {
+    for (int i = 0; i < kGroup; ++i) xsum[gi] += x[size_t(gi) * kGroup + i];
+    for (int k = 0; k < 4; ++k)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = lane / 4, t = lane % 4;
+        if (n >= 3) continue;
+        const size_t c = size_t(gi) * kGroup + 16 * t;
+        xp[(gi * 4 + k) * 32 + lane] = {pack(h[n][c + k], h[n][c + k + 4]), pack(h[n][c + 8 + k], h[n][c + 12 + k])};
+      }
+  }
+}
+
 // x quantised per group of kGroup columns to integers T within ±qmax (dx: each group's step), each word's
 // 8 columns stored as its even columns 0, 2, 4, 6, then its odd ones (the order the variants multiply in).
 template <class T>
@@ -556,6 +662,22 @@ int main() {
     bench("P R=2 chunk int16", [&](Mat m) { gemv_int<Int16Words, 2, 4><<<(M + 7) / 8, 128>>>(m, dq16, ddx16, dxs, y); });
     bench("P R=4 chunk int16", [&](Mat m) { gemv_int<Int16Words, 4, 4><<<(M + 15) / 16, 128>>>(m, dq16, ddx16, dxs, y); });
     bench("P R=1 chunk int16", [&](Mat m) { gemv_int<Int16Words, 1, 4><<<(M + 3) / 4, 128>>>(m, dq16, ddx16, dxs, y); });
+    // M: exact on the tensor cores (x in three half pieces).
+    std::vector<uint2> hxp;
+    std::vector<float> hxsum;
+    float scale_e = 1.0f;
+    x_pieces(hx, hxp, hxsum, scale_e);
+    uint2* dxp;
+    float* dxsum;
+    CHECK(cudaMalloc(&dxp, hxp.size() * sizeof(uint2)));
+    CHECK(cudaMalloc(&dxsum, hxsum.size() * 4));
+    CHECK(cudaMemcpy(dxp, hxp.data(), hxp.size() * sizeof(uint2), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dxsum, hxsum.data(), hxsum.size() * 4, cudaMemcpyHostToDevice));
+    bench("M T=1 mma exact", [&](Mat m) { gemv_m<1><<<(M + 63) / 64, 128>>>(m, dxp, dxsum, scale_e, y); });
+    bench("M T=2 mma exact", [&](Mat m) { gemv_m<2><<<(M + 127) / 128, 128>>>(m, dxp, dxsum, scale_e, y); });
+    bench("M T=2 mma exact 256 thr", [&](Mat m) { gemv_m<2><<<(M + 255) / 256, 256>>>(m, dxp, dxsum, scale_e, y); });
+    bench("M T=4 mma exact", [&](Mat m) { gemv_m<4><<<(M + 255) / 256, 128>>>(m, dxp, dxsum, scale_e, y); });
+    cudaFree(dxp), cudaFree(dxsum);
     for (Mat& m : mats) cudaFree(const_cast<uint8_t*>(m.w)), cudaFree(const_cast<uint16_t*>(m.s)), cudaFree(const_cast<uint16_t*>(m.b));
     cudaFree(x);
     cudaFree(dq), cudaFree(ddx), cudaFree(dxs), cudaFree(dq16), cudaFree(ddx16);
