@@ -74,6 +74,10 @@ class GpuBackend::Call {
     d_.threads[0] = x;
     return *this;
   }
+  Call& fence_next() {  // Dispatch::fences_next
+    d_.fences_next = true;
+    return *this;
+  }
   void run() {
     d_.prompt = be_.prompt_;
     if (d_.grid[0] && d_.grid[1] && d_.grid[2]) be_.submit(d_);

@@ -52,6 +52,7 @@ void GpuBackend::submit(const Dispatch& d) {
   pending_ = true;
   ++dispatches_;
   ++by_kernel_[size_t(d.kernel)];
+  fencing_ += d.fences_next ? 1 : 0;
 }
 
 void GpuBackend::finish_locked() {
@@ -205,10 +206,11 @@ void GpuBackend::write(View dst, const void* src, size_t count) {
   const size_t e = elem_bytes(b->type());
   forget_int16_rows(b->device());
   if (!pending_) return runtime_->write(b->device(), dst.offset * e, src, count * e);
-  // Recorded work may still read dst: stage the data and copy it in order with that work.
+  // Recorded work may still read dst: stage the data and copy it in order with that work, finished before
+  // the next launch starts (it may read weights before it waits: Dispatch::fences_next).
   GpuBuffer staging(*this, b->type(), count);
   runtime_->write(staging.device(), 0, src, count * e);
-  copy(dst, View(&staging), count);
+  record_copy(dst, View(&staging), count, true);
 }
 
 void GpuBackend::read(View src, void* dst, size_t count) {
@@ -218,7 +220,9 @@ void GpuBackend::read(View src, void* dst, size_t count) {
   if (count) runtime_->read(static_cast<GpuBuffer*>(src.buf)->device(), src.offset * e, dst, count * e);
 }
 
-void GpuBackend::copy(View dst, View src, size_t count) {
+void GpuBackend::copy(View dst, View src, size_t count) { record_copy(dst, src, count, false); }
+
+void GpuBackend::record_copy(View dst, View src, size_t count, bool fences_next) {
   auto lock = enter();
   if (dst.buf == src.buf && dst.offset < src.offset + count && src.offset < dst.offset + count && dst.offset != src.offset)
     fail("gpu backend: copy between overlapping ranges of one buffer");
@@ -238,8 +242,11 @@ void GpuBackend::copy(View dst, View src, size_t count) {
                     k::copy_words::p == k::copy_to_half::p && k::copy_words::dst == k::copy_from_half::dst &&
                     k::copy_words::src == k::copy_from_half::src && k::copy_words::p == k::copy_from_half::p,
                 "copy_words, copy_to_half, copy_from_half: the same bindings");
-  Call(*this, id).buf(k::copy_words::dst, dst).buf(k::copy_words::src, src).params(k::copy_words::p, p)
-      .grid(ceil_div(p.count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS).run();
+  Call call(*this, id);
+  call.buf(k::copy_words::dst, dst).buf(k::copy_words::src, src).params(k::copy_words::p, p)
+      .grid(ceil_div(p.count, ELEMENTWISE_THREADS)).threads(ELEMENTWISE_THREADS);
+  if (fences_next) call.fence_next();
+  call.run();
 }
 
 void GpuBackend::fill(View dst, float value, size_t count) {

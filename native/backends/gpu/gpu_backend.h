@@ -140,6 +140,7 @@ class GpuBackend final : public Backend {
   // launches per token; and for the kernel tests: which kernels a case ran).
   uint64_t dispatch_count() const { return dispatches_; }
   const std::vector<uint64_t>& dispatches_by_kernel() const { return by_kernel_; }
+  uint64_t fencing_dispatches() const { return fencing_; }  // with Dispatch::fences_next
 
  private:
   static bool scales_exact_in_half(const LinearWeight& w);
@@ -151,6 +152,8 @@ class GpuBackend final : public Backend {
   // Records a launch; the last norm's int16 form is forgotten when the launch may write (kernels.h's
   // written_mask) the buffer of the norm's output.
   void submit(const Dispatch& d);
+  // copy(), or with fences_next the copy of a staged host write (Dispatch::fences_next).
+  void record_copy(View dst, View src, size_t count, bool fences_next);
   void release(DeviceBuffer* b);
   void finish_locked();
   void scratch(std::unique_ptr<GpuBuffer>& slot, size_t floats);  // grows an internal scratch buffer
@@ -218,7 +221,7 @@ class GpuBackend final : public Backend {
     float scale = 1.0f;
     bool active = false;
   } add_;
-  uint64_t dispatches_ = 0;
+  uint64_t dispatches_ = 0, fencing_ = 0;
   std::vector<uint64_t> by_kernel_ = std::vector<uint64_t>(kernels::kCount, 0);
 };
 

@@ -36,6 +36,11 @@ struct Dispatch {
   // kernels may be launched while the previous one still runs (programmatic dependent launch), which
   // measured slower for prompts. Runtimes without graphs or such launches ignore it.
   bool prompt = false;
+  // What it writes, the next launch may read before it waits for it: kernels read the model's weights
+  // before their await_inputs(), and a host write staged behind recorded work (GpuBackend::write) is a
+  // launch. CUDA then starts the next launch only once this one has finished; runtimes that run
+  // launches one after another ignore it.
+  bool fences_next = false;
 };
 
 // The host's side of recording and submitting work, counted like Runtime::stats(): what a report per

@@ -21,6 +21,32 @@ void add_norm_cases(Cases& all) {
     c.expect_close("rms_norm in place, no weight", x, rows * dim, 1e-5f);
   });
 
+  // Kernels read their weights before they wait for the previous launch (await_inputs): a weight written
+  // while earlier work is still recorded is copied in order with it, and that copy fences the next
+  // launch (Dispatch::fences_next), which then reads the new weight, not the old one.
+  add("rms_norm after its weight is rewritten behind recorded work", [](Ctx& c) {
+    c.shape = "2x256: a norm, the weight rewritten, the norm again";
+    const int rows = 2, dim = 256;
+    Pair x = c.floats(c.rng.normals(rows * dim)), w = c.floats(c.rng.normals(dim)), out = c.zeros(rows * dim);
+    Pair first = c.zeros(rows * dim);
+    const std::vector<float> w2 = c.rng.normals(dim);
+    for (Backend* b : {static_cast<Backend*>(&c.cpu), static_cast<Backend*>(&c.gpu)}) {
+      const bool g = b == &c.gpu;
+      b->rms_norm(View(g ? x.gpu.get() : x.cpu.get()), View(g ? w.gpu.get() : w.cpu.get()), rows, dim, 1e-6f,
+                  View(g ? first.gpu.get() : first.cpu.get()));
+      const uint64_t fencing = c.gpu.fencing_dispatches();
+      b->write(View(g ? w.gpu.get() : w.cpu.get()), w2.data(), size_t(dim));  // the GPU's work is still recorded
+      if (g && c.gpu.fencing_dispatches() != fencing + 1) throw Failure("the staged write did not fence the next launch");
+      b->rms_norm(View(g ? x.gpu.get() : x.cpu.get()), View(g ? w.gpu.get() : w.cpu.get()), rows, dim, 1e-6f,
+                  View(g ? out.gpu.get() : out.cpu.get()));
+    }
+    c.expect_close("rms_norm before the write", first, rows * dim, 1e-5f);
+    c.expect_close("rms_norm after the write", out, rows * dim, 1e-5f);
+    const uint64_t fencing = c.gpu.fencing_dispatches();
+    c.gpu.write(View(w.gpu.get()), w2.data(), size_t(dim));  // nothing recorded: written at once
+    if (c.gpu.fencing_dispatches() != fencing) throw Failure("a direct write was staged");
+  });
+
   add("residual add + rms_norm", [](Ctx& c) {
     // The session's pattern: add(h, mix) then rms_norm(h): one fused launch on the GPU backend.
     c.shape = "4x200, scale 0.5";

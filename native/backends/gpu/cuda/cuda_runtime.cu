@@ -172,8 +172,9 @@ class CudaRuntime final : public Runtime {
     cudaLaunchAttribute programmatic{};
     programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     programmatic.val.programmaticStreamSerializationAllowed = 1;
-    if (programmatic_ && !profile_) config.attrs = &programmatic, config.numAttrs = 1;
+    if (programmatic_ && !profile_ && !fenced_) config.attrs = &programmatic, config.numAttrs = 1;
     check(cudaLaunchKernelExC(&config, call.func, call.args), kernels::kInfo[d.kernel].name);
+    fenced_ = d.fences_next;
     if (profile_) {
       check(cudaEventRecord(end, stream_), "event");
       timed_.push_back(d.kernel);
@@ -197,6 +198,7 @@ class CudaRuntime final : public Runtime {
     ++graph_launches_;
     check(cudaEventRecord(event(2 * graph_launches_pending_), stream_), "event");
     check(cudaGraphLaunch(g->exec, stream_), "graph launch");
+    fenced_ = false;  // a launch after a graph waits for all of it
     check(cudaEventRecord(event(2 * graph_launches_pending_ + 1), stream_), "event");
     ++graph_launches_pending_;
     g->built.swap(recorded_);
@@ -275,7 +277,7 @@ class CudaRuntime final : public Runtime {
   static bool same_kernels(const std::vector<Dispatch>& a, const std::vector<Dispatch>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].kernel != b[i].kernel || a[i].prompt != b[i].prompt) return false;
+      if (a[i].kernel != b[i].kernel || a[i].prompt != b[i].prompt || a[i].fences_next != b[i].fences_next) return false;
     return true;
   }
 
@@ -329,7 +331,8 @@ class CudaRuntime final : public Runtime {
       describe(recorded_[i], launch, call);
       const cudaKernelNodeParams p = node_params(launch, call);
       check(cudaGraphAddKernelNode(&g.nodes[i], g.graph, nullptr, 0, &p), kernels::kInfo[recorded_[i].kernel].name);
-      const cudaGraphEdgeData& edge = programmatic_ && !recorded_[i].prompt ? programmatic : plain;
+      const bool overlap = programmatic_ && !recorded_[i].prompt && !(i && recorded_[i - 1].fences_next);
+      const cudaGraphEdgeData& edge = overlap ? programmatic : plain;
       if (i) check(cudaGraphAddDependencies(g.graph, &g.nodes[i - 1], &g.nodes[i], &edge, 1), "graph edge");
     }
     check(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");
@@ -347,6 +350,7 @@ class CudaRuntime final : public Runtime {
   cudaStream_t stream_ = nullptr, copies_ = nullptr;
   bool use_graph_ = true, profile_ = false;
   bool programmatic_ = false;  // kernels launched as programmatic dependents of the previous one
+  bool fenced_ = false;        // the last direct launch's Dispatch::fences_next
   std::vector<Dispatch> recorded_;  // since the last submission
   std::vector<Addresses> recorded_at_;  // their device addresses
   std::vector<Graph> graphs_;
