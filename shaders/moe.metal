@@ -108,8 +108,7 @@ inline void gate_up_rows_dot(constant WeightDesc& w, device const uchar* data, d
   else rows_dot(w, data, scales, biases, row0, count, in.x, in.vec, lane, 0u, 1u, acc);
 }
 
-// The first row of this simdgroup's pair in moe_gate_up and the pair's slot (group.y: an expert's,
-// or the shared expert's when k) and matrix (odd simdgroups: up).
+// The first of the GEMV_ROWS rows of moe_gate_up that this simdgroup's gate/up pair computes.
 inline uint gate_up_row0(uint3 group, uint sg) { return (group.x * (GEMV_SIMDGROUPS / 2u) + sg / 2u) * GEMV_ROWS; }
 
 // Before the routing is known: the shared expert's rows that this simdgroup reads (prefetch_rows).

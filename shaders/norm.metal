@@ -6,8 +6,8 @@ using namespace metal;
 
 // Row kernels keep their values in registers and load them in loops of constant trip count, so that
 // all of a thread's loads are in flight at once (a loop that waits for each load in turn costs a
-// memory latency per iteration: several microseconds per norm). The norm's weights, which no launch
-// writes, are loaded before await_inputs(): with CUDA while the previous kernel still runs.
+// memory latency per iteration: several microseconds per norm). The norm's weights are loaded before
+// await_inputs(): with CUDA while the previous kernel still runs.
 
 // A row kernel's output o[i] = v[k] · inv · wv[k] (i = tid + k · threads), and with int16 its int16 blocks
 // (a simdgroup's lanes hold a block of 32 columns for each k; threads and dim are multiples of
