@@ -301,7 +301,8 @@ inline void attention_partial_span(device const float* q, device const float* k_
 [[max_total_threads_per_threadgroup(REDUCE_THREADS)]] kernel void attention_combine(device const float* part_ml [[buffer(0)]], device const float* part_o [[buffer(1)]],
                               device float* out [[buffer(2)]], device float* lse [[buffer(3)]],
                               device const float* gate [[buffer(4)]],
-                              constant AttentionParams& p [[buffer(5)]], uint2 group [[threadgroup_position_in_grid]],
+                              constant AttentionParams& p [[buffer(5)]], device ushort* xq [[buffer(6)]],
+                              device float* de [[buffer(7)]], uint2 group [[threadgroup_position_in_grid]],
                               uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                               uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float w[ATTN_MAX_SPLITS];
@@ -359,11 +360,13 @@ inline void attention_partial_span(device const float* q, device const float* k_
   sum4[4u * tid + 2u] = a2;
   sum4[4u * tid + 3u] = a3;
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (uint d = tid; d < D; d += REDUCE_THREADS) {
+  for (uint d = tid; d < D; d += REDUCE_THREADS) {  // with p.int16 whole simdgroups: D a multiple of 32
     float o = 0.0f;
     for (uint r = 0; r < SL; ++r) o += sum4[4u * (r * Q4 + d / 4u) + d % 4u];
     const ulong at = (ulong(p.t0 + t) * p.heads + h) * D + d;
-    out[at] = p.gated != 0u ? o / L * sigmoid(gate[at]) : o / L;
+    const float v = p.gated != 0u ? o / L * sigmoid(gate[at]) : o / L;
+    out[at] = v;
+    if (p.int16 != 0u) store_block_int16(v, xq, de, at / INT16_BLOCK, lane);  // the o_proj GEMV's input
   }
   if (tid == 0u) lse[ulong(t) * p.heads + h] = M + log(L);
 }

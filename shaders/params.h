@@ -404,6 +404,7 @@ struct AttentionParams {
   uint span;  // key positions per split, a multiple of ATTN_SPLIT_BLOCK
   float scale;
   uint gated;  // the output is multiplied by sigmoid(gate)
+  uint int16;  // attention_combine also writes the output as int16 blocks (xq, de; head_dim a multiple of INT16_BLOCK)
 };
 
 // Decode attention at the fp16 precision (attention_half.metal: attention_partial_half_32, _64, _128,

@@ -46,7 +46,7 @@ GpuBackend::~GpuBackend() {
 }
 
 void GpuBackend::submit(const Dispatch& d) {
-  if (norm_int16_.valid)  // the set bits only: a launch writes one to four of its bindings
+  if (int16_form_.valid)  // the set bits only: a launch writes one to four of its bindings
     for (uint32_t m = k::kInfo[d.kernel].written_mask; m != 0; m &= m - 1) forget_int16_rows(d.buffers[__builtin_ctz(m)].buffer);
   runtime_->dispatch(d);
   pending_ = true;
@@ -265,7 +265,7 @@ std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
 }
 
 void GpuBackend::forget_int16_rows(const DeviceBuffer* b) {
-  if (norm_int16_.valid && b && b == static_cast<GpuBuffer*>(norm_int16_.out.buf)->device()) norm_int16_.valid = false;
+  if (int16_form_.valid && b && b == static_cast<GpuBuffer*>(int16_form_.out.buf)->device()) int16_form_.valid = false;
 }
 
 void GpuBackend::flush_add() {

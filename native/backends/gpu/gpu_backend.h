@@ -149,8 +149,8 @@ class GpuBackend final : public Backend {
   // Locks the backend and dispatches a deferred add (every call but rms_norm() starts here).
   std::unique_lock<std::recursive_mutex> enter();
   void flush_add();
-  // Records a launch; the last norm's int16 form is forgotten when the launch may write (kernels.h's
-  // written_mask) the buffer of the norm's output.
+  // Records a launch; int16_form_ is forgotten when the launch may write (kernels.h's
+  // written_mask) the buffer of its output.
   void submit(const Dispatch& d);
   // copy(), or with fences_next the copy of a staged host write (Dispatch::fences_next).
   void record_copy(View dst, View src, size_t count, bool fences_next);
@@ -161,17 +161,17 @@ class GpuBackend final : public Backend {
   // fp16, calls that tiled(n) leaves: x quantised once into int16_x_ (quantize_int16), then every job
   // (int16_takes) on gemv_int16.
   void gemv_int16_jobs(const MatmulJob* jobs, size_t count, View x, int n);
-  // x [n, cols] as int16 blocks (xq; de the blocks' (d, d · Σq)): the last norm's int16 output when x is
-  // that norm's output, else quantize_int16 into int16_x_.
+  // x [n, cols] as int16 blocks (xq; de the blocks' (d, d · Σq)): int16_form_'s blocks when x is the
+  // output they are the form of, else quantize_int16 into int16_x_.
   View int16_rows(View x, int n, uint32_t cols, View& de);
-  // Whether a norm of count values in rows of dim also writes them as int16 blocks (fp16 decode), and
-  // where (xq, de): norm_int16_ then describes them.
-  bool norm_writes_int16(size_t count, int dim, View& xq, View& de);
+  // Whether an op's kernel that writes count values in rows of dim also writes them as int16 blocks (fp16
+  // decode: the norms, the attention's combine), and where (xq, de): int16_form_ then describes them.
+  bool writes_int16_form(size_t count, int dim, View& xq, View& de);
   // count values as int16 blocks in one buffer: their words (count / 2 floats' room), then each block's
   // (d, d · Σq). The buffer's size in floats, and where the pairs start.
   static size_t int16_floats(size_t count) { return count / 2 + count / INT16_BLOCK * 2; }
   static View int16_scales(GpuBuffer* blocks, size_t count) { return View(blocks, count / 2); }
-  // The last norm's output is no longer what its int16 form holds once b may have been written.
+  // int16_form_'s output is no longer what its blocks hold once b may have been written.
   void forget_int16_rows(const DeviceBuffer* b);
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
   void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
@@ -202,14 +202,15 @@ class GpuBackend final : public Backend {
   std::unique_ptr<GpuBuffer> moe_tiles_;          // moe_tile_list: the number of the buckets' tiles, then each tile
   std::unique_ptr<GpuBuffer> half_x_;             // half_rows' output, read by the tiled kernels of one call
   std::unique_ptr<GpuBuffer> int16_x_;            // quantize_int16's output, read by gemv_int16 in one call
-  // fp16 decode: the last norm's output as int16 blocks, written beside it by the norm kernels, for the
-  // GEMVs that read it next (the projections, the experts' gate and up) in place of quantize_int16.
-  struct NormInt16 {
-    View out;  // the norm's fp32 output
+  // fp16 decode: the last output that its kernel also wrote as int16 blocks (a norm's, the attention's
+  // combine), for the GEMVs that read it next (the projections, the experts' gate and up) in place of
+  // quantize_int16.
+  struct Int16Form {
+    View out;  // the fp32 output
     size_t count = 0;
     bool valid = false;
-  } norm_int16_;
-  std::unique_ptr<GpuBuffer> norm_int16_buf_;  // its int16 words, then the blocks' (d, d · Σq)
+  } int16_form_;
+  std::unique_ptr<GpuBuffer> int16_form_buf_;  // its int16 words, then the blocks' (d, d · Σq)
   std::unique_ptr<GpuBuffer> gemm_parts_;         // a split GEMM's sums per part of the columns (gemm_parts_sum)
   // DeltaNet prompts: deltanet_prep's normalised q and k rows and gates, read by deltanet_tokens
   std::unique_ptr<GpuBuffer> deltanet_qk_, deltanet_gates_;

@@ -340,6 +340,33 @@ void add_attention_cases(Cases& all) {
                       SpanShape{8, 1, 256, 1, 5000, true, false}})
     add("attention_half " + a.name(), [a](Ctx& c) { check_spans(c, a); });
 
+  // At fp16 a decode step's combine also writes its output as int16 blocks: the output projection after it
+  // quantizes nothing, and its products are those of quantize_int16's blocks, bit for bit (the same
+  // rows quantized anew after the output is rewritten in place).
+  add("attention_combine int16 blocks for the output projection", [](Ctx& c) {
+    c.shape = "16/2 heads of 256, 2 tokens at 300, gated, then a 4-bit 40x4096 matmul";
+    const AttentionShape s{16, 2, 256, 64, true, 1e7f, 1e-6f};
+    const int n = 2, total = 302;
+    const size_t kvw = size_t(s.kv_heads) * s.head_dim, width = size_t(n) * s.heads * s.head_dim;
+    Pair q = c.floats(c.rng.normals(width)), kc = c.kv_cache(c.rng.normals(total * kvw), s);
+    Pair vc = c.kv_cache(c.rng.normals(total * kvw), s), gate = c.floats(c.rng.normals(width)), out = c.zeros(width);
+    HostWeight h(c.rng, "q4", 40, int(s.heads * s.head_dim));
+    WeightPair w = upload(c, h);
+    Pair y = c.zeros(size_t(n) * 40), again = c.zeros(size_t(n) * 40);
+    const uint64_t combines = c.launches(gpu::kernels::attention_combine::id);
+    c.gpu.attention(View(q.gpu.get()), View(kc.gpu.get()), View(vc.gpu.get()), n, total - n, s, View(out.gpu.get()), View(),
+                    View(gate.gpu.get()));
+    if (c.launches(gpu::kernels::attention_combine::id) == combines) throw Failure("expected spans and a combine");
+    const uint64_t quantized = c.launches(gpu::kernels::quantize_int16::id);
+    c.gpu.matmul(*w.gpu, View(out.gpu.get()), n, View(y.gpu.get()));
+    if (c.launches(gpu::kernels::quantize_int16::id) != quantized) throw Failure("the matmul quantized the combine's output");
+    c.gpu.scale(View(out.gpu.get()), 1.0f, width);  // a write: its int16 form is forgotten
+    c.gpu.matmul(*w.gpu, View(out.gpu.get()), n, View(again.gpu.get()));
+    if (c.launches(gpu::kernels::quantize_int16::id) != quantized + 1) throw Failure("the matmul after a write did not quantize");
+    if (c.read_gpu(y, size_t(n) * 40) != c.read_gpu(again, size_t(n) * 40))
+      throw Failure("the combine's int16 blocks differ from quantize_int16's");
+  });
+
   // The split rule itself: spans of whole blocks, at least the minimum span, covering the keys with no
   // empty span, at most ATTN_MAX_SPLITS, and more than one span only while the launch is short of the
   // target threadgroups.

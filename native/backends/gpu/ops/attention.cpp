@@ -175,6 +175,11 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
     scratch(attn_o_, block * H * split.splits * D);
   }
   scratch(attn_lse_, block * H);
+  // fp16 decode: the combine also writes the output as int16 blocks, which the output projection's GEMV
+  // reads in place of quantize_int16's (int16_form_).
+  View xq, de;
+  const bool int16 = split.splits > 1 && writes_int16_form(size_t(n) * H * D, s.head_dim, xq, de);
+  p.int16 = int16 ? 1u : 0u;
   for (size_t t0 = 0; t0 < size_t(n); t0 += block) {
     p.t0 = uint32_t(t0);
     p.n = uint32_t(std::min(block, size_t(n) - t0));
@@ -193,7 +198,8 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
     if (!one) {
       namespace ac = k::attention_combine;
       Call(*this, ac::id).buf(ac::part_ml, attn_ml_.get()).buf(ac::part_o, attn_o_.get()).buf(ac::out, out)
-          .buf(ac::lse, attn_lse_.get()).opt(ac::gate, gate).params(ac::p, p).grid(p.heads, p.n).threads(REDUCE_THREADS).run();
+          .buf(ac::lse, attn_lse_.get()).opt(ac::gate, gate).opt(ac::xq, xq).opt(ac::de, de).params(ac::p, p)
+          .grid(p.heads, p.n).threads(REDUCE_THREADS).run();
     }
     if (probs) {
       namespace pr = k::attention_probs;
@@ -201,6 +207,7 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
           .params(pr::p, p).grid(ceil_div(total, ATTN_CHUNK), p.heads, p.n).threads(REDUCE_THREADS).run();
     }
   }
+  if (int16) int16_form_ = {out, size_t(n) * H * D, true};
 }
 
 }  // namespace moelens::gpu

@@ -93,11 +93,19 @@ void GpuBackend::gemv_jobs(const MatmulJob* jobs, size_t count, View x, int n) {
       .threads(GEMV_THREADS).run();
 }
 
+bool GpuBackend::writes_int16_form(size_t count, int dim, View& xq, View& de) {
+  int16_form_.valid = false;
+  if (precision_ != Precision::F16 || prompt_ || dim % int(INT16_BLOCK) != 0) return false;
+  scratch(int16_form_buf_, int16_floats(count));
+  xq = View(int16_form_buf_.get()), de = int16_scales(int16_form_buf_.get(), count);
+  return true;
+}
+
 View GpuBackend::int16_rows(View x, int n, uint32_t cols, View& de) {
   const size_t count = size_t(n) * cols;
-  if (norm_int16_.valid && norm_int16_.out.buf == x.buf && norm_int16_.out.offset == x.offset && norm_int16_.count == count) {
-    de = int16_scales(norm_int16_buf_.get(), count);
-    return View(norm_int16_buf_.get());
+  if (int16_form_.valid && int16_form_.out.buf == x.buf && int16_form_.out.offset == x.offset && int16_form_.count == count) {
+    de = int16_scales(int16_form_buf_.get(), count);
+    return View(int16_form_buf_.get());
   }
   scratch(int16_x_, int16_floats(count));
   de = int16_scales(int16_x_.get(), count);

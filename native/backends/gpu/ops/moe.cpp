@@ -48,7 +48,7 @@ void GpuBackend::moe_experts(const Weight& gate_w, const Weight& up_w, const Wei
     p.shared = 1u, p.shared_inter = SG->desc.rows, p.shared_scale = shared.scale;
     p.sh_vec4 = SG->desc.rows % 4 == 0 ? 1u : 0u;
   }
-  // fp16: the gate and up products in integer arithmetic on x's int16 blocks (the last norm's, or
+  // fp16: the gate and up products in integer arithmetic on x's int16 blocks (int16_form_'s, or
   // quantize_int16's) when every one of their matrices takes them.
   View xq, de;
   p.x_int16 = precision_ == Precision::F16 && int16_takes(G) && int16_takes(U) && (!SG || (int16_takes(*SG) && int16_takes(*SU)));
