@@ -41,6 +41,14 @@
 #ifndef GEMV_THREADS
 #define GEMV_THREADS 128  // GEMV_SIMDGROUPS * 32, as a literal for the kernels' attribute
 #endif
+// The exact GEMV of 4-bit matrices on the matrix units (gemv_exact.metal): GEMV_EXACT_SIMDGROUPS
+// simdgroups of 16 rows (two blocks of 8) per threadgroup; x split into pieces GEMV_EXACT_CHUNK columns
+// at a time.
+#define GEMV_EXACT_SIMDGROUPS 4u
+#define GEMV_EXACT_THREADS 128  // GEMV_EXACT_SIMDGROUPS * 32, as a literal for the kernel's attribute
+#define GEMV_EXACT_ROWS 16u     // per simdgroup
+#define GEMV_EXACT_CHUNK 1024u
+
 // The fp16 precision's GEMVs (gemv_int16: calls shorter than PREFILL_MIN_TOKENS, 4-bit weights with
 // bf16 scales): each row of x is quantised once per call (quantize_int16) in blocks of INT16_BLOCK
 // columns, d = max|x| / INT16_QMAX and q = round(x / d), half to even, as the CPU backend's int16

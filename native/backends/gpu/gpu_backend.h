@@ -58,6 +58,14 @@ inline bool int16_takes(const GpuWeight& w) {
   return d.format == WEIGHT_Q4 && d.scale_type == SCALE_BF16 && d.group_size % INT16_BLOCK == 0 && d.cols % INT16_BLOCK == 0;
 }
 
+// Whether the fp16 precision's exact GEMV on the matrix units (gemv_exact_q4) takes a matrix: MLX 4-bit
+// in groups of 64 with bf16 scales, whole 8-row blocks.
+inline bool exact_q4_takes(const GpuWeight& w) {
+  const shader::WeightDesc& d = w.desc;
+  return d.format == WEIGHT_Q4 && d.scale_type == SCALE_BF16 && d.group_size == 64 && d.rows % 8 == 0 && d.cols % 64 == 0 &&
+         !w.experts;
+}
+
 // How prefill chunks multiply: F32 (what load() gives by default) runs every call on the exact fp32
 // kernels that decode uses; F16 (reduced precision; the constructor's default, which the kernel tests
 // use) runs chunks of at least PREFILL_MIN_TOKENS tokens (shaders/params.h) on the tiled kernels:
@@ -176,6 +184,7 @@ class GpuBackend final : public Backend {
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
   void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32
+  void gemv_exact_q4_job(const MatmulJob& job, View x, int n);  // fp16, an exact job that exact_q4_takes
   // gemm_parts_sum: the parts a split gemm_exact or gemm_q4_parts left in gemm_parts_, into the jobs' outputs.
   void sum_parts(const MatmulJob* jobs, size_t count, const shader::GemmParams& p, size_t padded);
   // x [n, cols] rounded to half into half_x_ (the half_rows kernel): the tiled kernels' activations,

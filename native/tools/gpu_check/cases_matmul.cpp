@@ -138,6 +138,37 @@ void add_matmul_cases(Cases& all) {
       c.expect_close("matmul int16 after a write", out, size_t(n) * rows, 2e-5f);
     });
 
+  // The fp16 precision's exact GEMV of 4-bit matrices on the matrix units (gemv_exact_q4: the lm_head of
+  // a decode step), against the CPU's fp32 at the exact GEMV's tolerance: x's pieces reproduce it to far
+  // below fp32's rounding, so only the order of the fp32 sums differs (a piece's scale or the column order
+  // wrong fails 12 cases). A chunk and a ragged one (1088 columns), the last threadgroup's rows partly past
+  // the matrix (136 = 2 x 64 + 8), several tokens, x over 2^-40 .. 2^12 within a group (small values next
+  // to large ones), a zero group, x at an odd offset.
+  struct MatrixUnitShape {
+    int rows, cols, n;
+    bool wide_range;
+    size_t x_offset = 0;
+  };
+  for (MatrixUnitShape e : {MatrixUnitShape{8, 64, 1, false}, MatrixUnitShape{40, 1088, 3, false},
+                            MatrixUnitShape{136, 2048, 2, true}, MatrixUnitShape{64, 1024, 1, true, 1}})
+    add("matmul exact on the matrix units " + std::to_string(e.rows) + "x" + std::to_string(e.cols) + " n" +
+            std::to_string(e.n) + (e.wide_range ? " wide range" : "") + (e.x_offset ? " unaligned" : ""),
+        [e](Ctx& c) {
+          c.shape = std::to_string(e.rows) + "x" + std::to_string(e.cols) + ", " + std::to_string(e.n) + " tokens" +
+                    (e.wide_range ? ", x over 2^-40 .. 2^12 and a zero group" : "") + (e.x_offset ? ", x at an odd offset" : "");
+          HostWeight h(c.rng, "q4", e.rows, e.cols, 0, 64, DType::BF16);
+          WeightPair w = upload(c, h);
+          std::vector<float> xv = c.rng.normals(e.x_offset + size_t(e.n) * e.cols);
+          if (e.wide_range)
+            for (size_t i = 0; i < xv.size(); ++i) xv[i] = i % size_t(e.cols) < 64 ? 0.0f : xv[i] * std::ldexp(1.0f, int(i % 53) - 40);
+          Pair x = c.floats(xv), out = c.zeros(size_t(e.n) * e.rows);
+          const uint64_t before = c.launches(gpu::kernels::gemv_exact_q4::id);
+          c.cpu.matmul_group({{w.cpu.get(), View(out.cpu.get()), true}}, View(x.cpu.get(), e.x_offset), e.n);
+          c.gpu.matmul_group({{w.gpu.get(), View(out.gpu.get()), true}}, View(x.gpu.get(), e.x_offset), e.n);
+          if (c.launches(gpu::kernels::gemv_exact_q4::id) != before + 1) throw Failure("expected one gemv_exact_q4 launch");
+          c.expect_close("exact matmul", out, size_t(e.n) * e.rows, 2e-5f);
+        });
+
   // A group that mixes what gemv_int16 takes (4-bit, bf16 scales) with what it leaves (an exact 4-bit job,
   // 8-bit, f16 scales, bf16 rows) on the fp32 GEMV; more 4-bit jobs than one launch binds (5: 4, then 1),
   // all from one quantisation of x.

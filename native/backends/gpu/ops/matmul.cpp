@@ -233,6 +233,23 @@ void GpuBackend::gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, in
   if (p.parts > 1) sum_parts(jobs, count, p, padded);
 }
 
+static_assert(GEMV_EXACT_THREADS == 32 * GEMV_EXACT_SIMDGROUPS && GEMV_EXACT_CHUNK == 64 * GEMV_EXACT_THREADS / 8 &&
+                  GEMV_EXACT_ROWS == 16,
+              "gemv_exact_q4: 8 threads per group of 64 columns of a chunk; two 8-row blocks per simdgroup");
+
+void GpuBackend::gemv_exact_q4_job(const MatmulJob& job, View x, int n) {
+  const auto& w = static_cast<const GpuWeight&>(*job.weight);
+  shader::GemvParams p{};
+  p.w[0] = w.desc;
+  p.jobs = 1;
+  p.n = u32(size_t(n), "tokens");
+  p.cols = w.desc.cols;
+  namespace g = k::gemv_exact_q4;
+  Call(*this, g::id).buf(g::w, w.data.get()).buf(g::s, w.scales.get()).buf(g::b, w.biases.get()).buf(g::out, job.out)
+      .buf(g::x, x).params(g::p, p).grid(ceil_div(w.desc.rows, GEMV_EXACT_ROWS * GEMV_EXACT_SIMDGROUPS), p.n)
+      .threads(GEMV_EXACT_THREADS).run();
+}
+
 void GpuBackend::matmul(const Weight& w, View x, int n, View out) { matmul_group({{&w, out}}, x, n); }
 
 void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n) {
@@ -261,6 +278,13 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
     gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n, q4);
   // Exact jobs of a single row (a prompt's last logits) on the GEMV, which reads each weight once, where
   // gemm_exact's 64-token tiles would waste 63 of every 64 products: the same fp32 accuracy either way.
+  // At fp16 an exact 4-bit matrix (the lm_head) runs on the matrix units (gemv_exact_q4).
+  if (precision_ == Precision::F16 && !(tiled(n) && n > 1)) {
+    auto matrix_units = [&](const MatmulJob& j) { return j.exact && exact_q4_takes(weight(j)); };
+    for (const MatmulJob& j : fp32)
+      if (matrix_units(j)) gemv_exact_q4_job(j, x, n);
+    fp32.erase(std::remove_if(fp32.begin(), fp32.end(), matrix_units), fp32.end());
+  }
   for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
     const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
     if (tiled(n) && n > 1) gemm_exact_jobs(fp32.data() + i, count, x, n);
