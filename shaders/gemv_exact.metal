@@ -92,10 +92,16 @@ inline void exact_pieces(device const float* xt, uint cols, uint c0, threadgroup
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint j = 0; j < 2u; ++j) simdgroup_q4_scales_load(unit_scales[j], unit, ushort(lane));
     threadgroup const half* tile = (threadgroup const half*)pieces;
-    for (uint g = 0; g < min(GEMV_EXACT_CHUNK, p.cols - c0) / 64u; ++g) {
-      const uint k0 = c0 + 64u * g;
-      simdgroup_q4_block q[2];
-      q4_load_blocks(q, wd, w, r0, k0, 2u, ushort(lane));
+    const uint chunk_groups = min(GEMV_EXACT_CHUNK, p.cols - c0) / 64u;
+    simdgroup_q4_block q[2];
+    q4_load_blocks(q, wd, w, r0, c0, 2u, ushort(lane));
+    for (uint g = 0; g < chunk_groups; ++g) {
+      const uint k0 = c0 + 64u * g, gi = k0 / 64u;
+      // The next group's weights (this one's again after the last) and this group's scale and bias
+      // (lanes 0-15: row r0 + lane), in flight during the products.
+      simdgroup_q4_block qn[2];
+      q4_load_blocks(qn, wd, w, r0, c0 + 64u * min(g + 1u, chunk_groups - 1u), 2u, ushort(lane));
+      const float scale = bf16_bits_to_float(srow[gi]), bias = bf16_bits_to_float(brow[gi]);
       simdgroup_float8x8 d[2], spare = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
       const simdgroup_half8x8 zero = make_filled_simdgroup_matrix<half, 8, 8>(half(0.0f));
       for (uint j = 0; j < 2u; ++j) d[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -114,10 +120,10 @@ inline void exact_pieces(device const float* xt, uint cols, uint c0, threadgroup
       if (lane < 16u) {
         threadgroup const float* dj = d_stage + 64u * (lane / 8u) + lane % 8u;  // D[piece][row]
         const float dot = group_pow2[g] * (dj[0] + dj[8] * (1.0f / 2048.0f) + dj[16] * (1.0f / 4194304.0f));
-        const uint gi = k0 / 64u;
-        acc += bf16_bits_to_float(srow[gi]) * dot + bf16_bits_to_float(brow[gi]) * group_sum[g];
+        acc += scale * dot + bias * group_sum[g];
       }
       simdgroup_barrier(mem_flags::mem_threadgroup);  // the stage is overwritten by the next group
+      for (uint j = 0; j < 2u; ++j) q[j] = qn[j];
     }
   }
   if (lane < 16u && row < wd.rows) out[ulong(t) * wd.rows + row] = acc;
