@@ -5,6 +5,12 @@
 using namespace metal;
 #include "common.h"
 
+// One value of a KV cache row: into the fp32 rows or, rounded, into the half rows.
+inline void store_cached(device float* rows, device half* rows_half, bool to_half, ulong at, float v) {
+  if (to_half) rows_half[at] = half(v);
+  else rows[at] = v;
+}
+
 // One simdgroup per (head, token): grid (heads + kv_heads, n). Query heads: split q_proj's per-head
 // [query | gate] row into q and gate, then norm + rope into q. KV heads: norm + rope k in place, and
 // with p.store k and v also into the KV cache rows (k_rows, v_rows as fp32, or k_rows_half, v_rows_half
@@ -72,36 +78,23 @@ using namespace metal;
     if (lane + 32u * j < half_rot) y[j] = a * cs[j] - b * sn[j];
     y2[j] = b * cs[j] + a * sn[j];  // column lane + 32j + half_rot
   }
+  const bool to_half = p.store == KV_STORE_F16;
   for (uint j = 0; j < PER; ++j) {
     const uint i = lane + 32u * j;
     if (gated && i < D) gate[(ulong(t) * p.heads + head) * D + i] = g[j];
-    if ((i < half_rot || i >= p.rotary_dim) && i < D) dst[i] = y[j];
-  }
-  for (uint j = 0; j < ROT; ++j)
-    if (lane + 32u * j < half_rot) dst[lane + 32u * j + half_rot] = y2[j];
-  if (!store) return;
-  // The same values into the cache: a lane's columns, then its rotated partners' columns.
-  for (uint j = 0; j < PER; ++j) {
-    const uint i = lane + 32u * j;
-    if (i >= D || (i >= half_rot && i < p.rotary_dim)) continue;
-    if (p.store == KV_STORE_F16) {
-      k_rows_half[row + i] = half(y[j]);
-    } else {
-      k_rows[row + i] = y[j];
-    }
+    if ((i >= half_rot && i < p.rotary_dim) || i >= D) continue;
+    dst[i] = y[j];
+    if (store) store_cached(k_rows, k_rows_half, to_half, row + i, y[j]);
   }
   for (uint j = 0; j < ROT; ++j) {
-    const uint i = lane + 32u * j + half_rot;
+    const uint i = lane + 32u * j + half_rot;  // the rotated partner's column
     if (lane + 32u * j >= half_rot) continue;
-    if (p.store == KV_STORE_F16) k_rows_half[row + i] = half(y2[j]);
-    else k_rows[row + i] = y2[j];
+    dst[i] = y2[j];
+    if (store) store_cached(k_rows, k_rows_half, to_half, row + i, y2[j]);
   }
-  for (uint j = 0; j < PER; ++j) {
-    const uint i = lane + 32u * j;
-    if (i >= D) continue;
-    if (p.store == KV_STORE_F16) v_rows_half[row + i] = half(vx[j]);
-    else v_rows[row + i] = vx[j];
-  }
+  if (store)
+    for (uint j = 0; j < PER; ++j)
+      if (lane + 32u * j < D) store_cached(v_rows, v_rows_half, to_half, row + lane + 32u * j, vx[j]);
 }
 
 // Split-K attention (flash-decoding) of the `group` query heads sharing KV head `kvh`, for token t0 + t:

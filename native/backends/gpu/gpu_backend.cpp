@@ -15,7 +15,7 @@ GpuBuffer::~GpuBuffer() { owner_.release(device_); }
 
 void GpuBackend::release(DeviceBuffer* b) {
   auto lock = enter();
-  forget_int16_rows(b);
+  forget_int16_form(b);
   if (pending_) graveyard_.push_back(b);  // recorded work may still use it
   else runtime_->destroy(b);
 }
@@ -47,7 +47,7 @@ GpuBackend::~GpuBackend() {
 
 void GpuBackend::submit(const Dispatch& d) {
   if (int16_form_.valid)  // the set bits only: a launch writes one to four of its bindings
-    for (uint32_t m = k::kInfo[d.kernel].written_mask; m != 0; m &= m - 1) forget_int16_rows(d.buffers[__builtin_ctz(m)].buffer);
+    for (uint32_t m = k::kInfo[d.kernel].written_mask; m != 0; m &= m - 1) forget_int16_form(d.buffers[__builtin_ctz(m)].buffer);
   runtime_->dispatch(d);
   pending_ = true;
   ++dispatches_;
@@ -204,7 +204,7 @@ void GpuBackend::write(View dst, const void* src, size_t count) {
   if (!count) return;
   auto* b = static_cast<GpuBuffer*>(dst.buf);
   const size_t e = elem_bytes(b->type());
-  forget_int16_rows(b->device());
+  forget_int16_form(b->device());
   if (!pending_) return runtime_->write(b->device(), dst.offset * e, src, count * e);
   // Recorded work may still read dst: stage the data and copy it in order with that work, finished before
   // the next launch starts (it may read weights before it waits: Dispatch::fences_next).
@@ -264,7 +264,7 @@ std::unique_lock<std::recursive_mutex> GpuBackend::enter() {
   return lock;
 }
 
-void GpuBackend::forget_int16_rows(const DeviceBuffer* b) {
+void GpuBackend::forget_int16_form(const DeviceBuffer* b) {
   if (int16_form_.valid && b && b == static_cast<GpuBuffer*>(int16_form_.out.buf)->device()) int16_form_.valid = false;
 }
 

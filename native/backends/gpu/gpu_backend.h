@@ -180,7 +180,7 @@ class GpuBackend final : public Backend {
   static size_t int16_floats(size_t count) { return count / 2 + count / INT16_BLOCK * 2; }
   static View int16_scales(GpuBuffer* blocks, size_t count) { return View(blocks, count / 2); }
   // int16_form_'s output is no longer what its blocks hold once b may have been written.
-  void forget_int16_rows(const DeviceBuffer* b);
+  void forget_int16_form(const DeviceBuffer* b);
   // tiled(n); xh from half_rows, in fragment order for q4 (every job q4_tiles_take: gemm_q4).
   void gemm_jobs(const MatmulJob* jobs, size_t count, View xh, int n, bool q4);
   void gemm_exact_jobs(const MatmulJob* jobs, size_t count, View x, int n);  // tiled(n), exact jobs: fp32

@@ -259,13 +259,16 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
   for (const MatmulJob& j : jobs)
     if (weight(j).desc.cols != weight(jobs[0]).desc.cols) fail("gpu backend: matmul_group of matrices with different input sizes");
   // Jobs that must be exact run at fp32 accuracy (gemm_exact for chunks that tiled(n) takes, else the
-  // GEMV). At fp16, the others run on the fp16 GEMMs (tiled(n)) or on the integer GEMV (shorter calls,
-  // weights that int16_takes); the rest on the fp32 GEMV.
+  // GEMV; at fp16 an exact 4-bit matrix, the lm_head, on the matrix units: gemv_exact_q4). At fp16, the
+  // others run on the fp16 GEMMs (tiled(n)) or on the integer GEMV (shorter calls, weights that
+  // int16_takes); the rest on the fp32 GEMV.
+  const bool gemm_exact = tiled(n) && n > 1;
   std::vector<MatmulJob> fp32, fp16, int16;
   for (const MatmulJob& j : jobs) {
-    const bool reduced = precision_ == Precision::F16 && !j.exact;
+    const bool f16 = precision_ == Precision::F16, reduced = f16 && !j.exact;
     if (reduced && tiled(n)) fp16.push_back(j);
     else if (reduced && !weight(j).experts && int16_takes(weight(j))) int16.push_back(j);
+    else if (f16 && j.exact && !gemm_exact && exact_q4_takes(weight(j))) gemv_exact_q4_job(j, x, n);
     else fp32.push_back(j);
   }
   if (!int16.empty()) gemv_int16_jobs(int16.data(), int16.size(), x, n);
@@ -278,16 +281,9 @@ void GpuBackend::matmul_group(const std::vector<MatmulJob>& jobs, View x, int n)
     gemm_jobs(fp16.data() + i, std::min<size_t>(GEMV_MAX_JOBS, fp16.size() - i), xh, n, q4);
   // Exact jobs of a single row (a prompt's last logits) on the GEMV, which reads each weight once, where
   // gemm_exact's 64-token tiles would waste 63 of every 64 products: the same fp32 accuracy either way.
-  // At fp16 an exact 4-bit matrix (the lm_head) runs on the matrix units (gemv_exact_q4).
-  if (precision_ == Precision::F16 && !(tiled(n) && n > 1)) {
-    auto matrix_units = [&](const MatmulJob& j) { return j.exact && exact_q4_takes(weight(j)); };
-    for (const MatmulJob& j : fp32)
-      if (matrix_units(j)) gemv_exact_q4_job(j, x, n);
-    fp32.erase(std::remove_if(fp32.begin(), fp32.end(), matrix_units), fp32.end());
-  }
   for (size_t i = 0; i < fp32.size(); i += GEMV_MAX_JOBS) {
     const size_t count = std::min<size_t>(GEMV_MAX_JOBS, fp32.size() - i);
-    if (tiled(n) && n > 1) gemm_exact_jobs(fp32.data() + i, count, x, n);
+    if (gemm_exact) gemm_exact_jobs(fp32.data() + i, count, x, n);
     else gemv_jobs(fp32.data() + i, count, x, n);
   }
 }
