@@ -198,7 +198,7 @@ struct ActivationRows {
   uint at[TILE_RUNS_PER_THREAD];
 };
 inline ActivationRows activation_rows(uint ld, threadgroup const uint* row_of, uint k, uint runs, uint tid, uint threads) {
-  ActivationRows r;
+  ActivationRows r{};  // all of it defined: runs may be under TILE_RUNS_PER_THREAD
   for (uint i = 0; i < runs; ++i)
     r.at[i] = uint((ulong(row_of[run_row(tid, threads, i, k)]) * ld + run_column(tid, threads, i, k)) / 8u);
   return r;

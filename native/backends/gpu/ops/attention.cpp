@@ -159,7 +159,7 @@ void GpuBackend::attention(View q, View k_cache, View v_cache, int n, int pos0, 
   // A half cache's spans on the matrix units: groups up to the products' 8 columns, head dims with a
   // build. The softmax weights (probs) need the fp32 kernels' log-sum-exp; they read an fp32 copy of
   // the rows of a half cache.
-  k::Id half_id;
+  k::Id half_id = kHalfBuilds[0];  // head_dim_build sets it where `half` holds
   const bool half = half_cache && !probs && G <= ATTN_HALF_GROUP && head_dim_build(s.head_dim, kHalfBuilds, &half_id);
   if (half_cache && !half) {
     const size_t rows = total * size_t(s.kv_heads) * D;
