@@ -656,7 +656,8 @@ std::string kernels_header(const std::vector<ShaderFile>& files) {
     for (const Kernel& k : f.kernels) o += "  " + k.name + " = " + std::to_string(count++) + ",\n";
   o += "};\nconstexpr int kCount = " + std::to_string(count) + ";\n\n";
   o += "struct Info {\n  const char* name;\n  int file;  // index into kSourceNames\n  int params_index;  // -1: none\n  uint32_t buffer_mask;\n"
-       "  uint32_t written_mask;  // the buffers it may write: device pointers to non-const data\n  int max_threads;  // per threadgroup\n};\n\n";
+       "  uint32_t written_mask;  // the buffers it may write: device pointers to non-const data\n  int max_threads;  // per threadgroup\n"
+       "  bool awaits;  // calls await_inputs(): before it reads only the model's weights\n};\n\n";
   o += "constexpr const char* kSourceNames[] = {";
   for (const ShaderFile& f : files) o += "\"" + f.stem + ".metal\", ";
   o += "};\nconstexpr int kSourceCount = " + std::to_string(files.size()) + ";\n\n";
@@ -671,7 +672,7 @@ std::string kernels_header(const std::vector<ShaderFile>& files) {
         if (p.kind == ParamKind::Params) pi = p.index;
       }
       o += "    {\"" + k.name + "\", " + std::to_string(fi) + ", " + std::to_string(pi) + ", " + std::to_string(mask) + "u, " +
-           std::to_string(written) + "u, " + k.max_threads + "},\n";
+           std::to_string(written) + "u, " + k.max_threads + ", " + (k.awaits ? "true" : "false") + "},\n";
     }
   o += "};\n\n";
   for (const ShaderFile& f : files)

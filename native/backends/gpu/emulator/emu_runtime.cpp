@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "../../../core/error.h"
@@ -83,16 +84,31 @@ void EmuRuntime::finish() {
   msl_emu::set_order(order_, seed_);
   std::vector<Dispatch> work;
   work.swap(queue_);
+  // The buffers written since the last point where every launch had finished (the start of this work,
+  // or a launch that fences the next): with CUDA they may still be being written when a launch starts.
+  std::vector<const DeviceBuffer*> in_flight;
+  bool fenced = false;
   for (const Dispatch& d : work) {
+    if (fenced) in_flight.clear();
+    const kernels::Info& info = kernels::kInfo[d.kernel];
     void* base[kMaxBindings] = {};
+    std::vector<msl_emu::Span> early;  // what it binds of those, from each binding's offset on
     for (int i = 0; i < kMaxBindings; ++i)
-      if (d.buffers[i].buffer) {
-        if (d.buffers[i].offset > d.buffers[i].buffer->bytes)
-          fail("emulator: kernel ", kernels::kInfo[d.kernel].name, ": binding ", i, " at offset ", d.buffers[i].offset,
+      if (DeviceBuffer* b = d.buffers[i].buffer) {
+        if (d.buffers[i].offset > b->bytes)
+          fail("emulator: kernel ", info.name, ": binding ", i, " at offset ", d.buffers[i].offset,
                " past the end of its buffer");
-        base[i] = d.buffers[i].buffer->data;
+        base[i] = b->data;
+        if (info.awaits && std::find(in_flight.begin(), in_flight.end(), b) != in_flight.end())
+          early.push_back({b->data + d.buffers[i].offset, b->bytes - d.buffers[i].offset});
       }
+    msl_emu::set_pre_wait_check(std::move(early));
     emu_run_dispatch(d, base);
+    for (uint32_t m = info.written_mask; m != 0; m &= m - 1) {
+      const DeviceBuffer* b = d.buffers[__builtin_ctz(m)].buffer;
+      if (b && std::find(in_flight.begin(), in_flight.end(), b) == in_flight.end()) in_flight.push_back(b);
+    }
+    fenced = d.fences_next;
     ++seed_;  // a fresh random order per launch
   }
 }

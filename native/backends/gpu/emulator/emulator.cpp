@@ -67,7 +67,7 @@ __asm__(
     ".size msl_emu_fiber_entry, .-msl_emu_fiber_entry\n");
 #endif
 
-enum class State { Runnable, AtBarrier, AtCollective, Done };
+enum class State { Runnable, AtBarrier, AtCollective, AtAwait, Done };
 
 struct Fiber {
   char* stack = nullptr;  // kStackBytes, with a guard page below
@@ -91,6 +91,7 @@ thread_local Scheduler* tls_scheduler = nullptr;
 thread_local Order tls_order = Order::Forward;
 thread_local uint64_t tls_seed = 1;
 thread_local const char* tls_kernel = nullptr;
+thread_local std::vector<Span> tls_in_flight;  // set_pre_wait_check's, for the next run()
 
 struct Scheduler {
   std::vector<std::unique_ptr<Fiber>> fibers;
@@ -105,6 +106,21 @@ struct Scheduler {
   std::vector<std::pair<size_t, size_t>> tg_sites;  // (offset, bytes) per site; bytes 0 = not yet placed
   size_t tg_used = 0;
   std::mt19937_64 rng;
+  // The pre-wait check of the threadgroup running now: the in-flight spans' contents while they hold
+  // poison (empty when they do not).
+  std::vector<std::vector<unsigned char>> saved;
+
+  void poison(const std::vector<Span>& spans) {
+    saved.resize(spans.size());
+    for (size_t i = 0; i < spans.size(); ++i) {
+      saved[i].assign(spans[i].data, spans[i].data + spans[i].bytes);
+      std::memset(spans[i].data, 0xff, spans[i].bytes);
+    }
+  }
+  void restore(const std::vector<Span>& spans) {  // last first: spans of one buffer may overlap
+    for (size_t i = saved.size(); i-- > 0;) std::memcpy(spans[i].data, saved[i].data(), spans[i].bytes);
+    saved.clear();
+  }
 
   ~Scheduler() {
     for (auto& f : fibers)
@@ -343,6 +359,24 @@ void run_threadgroup(Scheduler& s, size_t count, const char* kernel) {
       break;
     }
     if (progress) continue;
+    // The pre-wait check's await_inputs(): once every thread that has not returned waits there, the
+    // in-flight buffers get their contents back and the threads go on.
+    const Fiber* awaiting = nullptr;
+    for (size_t i = 0; i < count && !awaiting; ++i)
+      if (s.fibers[i]->state == State::AtAwait) awaiting = s.fibers[i].get();
+    if (awaiting) {
+      for (size_t i = 0; i < count; ++i) {
+        const Fiber& f = *s.fibers[i];
+        if (f.state == State::AtBarrier)
+          fail(*awaiting, "await_inputs() at " + describe_site(*awaiting) + " while thread " +
+                              std::to_string(f.ids.thread_index_in_threadgroup) + " waits at the barrier at " +
+                              describe_site(f));
+      }
+      s.restore(tls_in_flight);
+      for (size_t i = 0; i < count; ++i)
+        if (s.fibers[i]->state == State::AtAwait) s.fibers[i]->state = State::Runnable;
+      continue;
+    }
     // Then the barrier: every thread must wait at the same one.
     const Fiber* waiting = nullptr;
     const Fiber* done = nullptr;
@@ -408,6 +442,18 @@ uint32_t simd_collective(SimdOp op, ValueType type, uint32_t value, uint32_t arg
   return f->result;
 }
 
+void await_inputs_at(int line, const char* file) {
+  Scheduler* s = tls_scheduler;
+  if (s->saved.empty()) return;  // no check, or this threadgroup's buffers hold their contents already
+  Fiber* f = s->current;
+  f->state = State::AtAwait;
+  f->line = line;
+  f->file = file;
+  s->yield_to_scheduler();
+}
+
+void set_pre_wait_check(std::vector<Span> in_flight) { tls_in_flight = std::move(in_flight); }
+
 void threadgroup_barrier_at(int line, const char* file) {
   Scheduler* s = tls_scheduler;
   Fiber* f = s->current;
@@ -448,11 +494,14 @@ void run(const moelens::gpu::KernelLaunch& L, const char* kernel, const std::fun
   tls_scheduler = &s;
   tls_kernel = kernel;
   struct Reset {
+    Scheduler& s;
     ~Reset() {
+      s.restore(tls_in_flight);  // a launch that stopped on an error before its await_inputs()
+      tls_in_flight.clear();     // for this run() only
       tls_scheduler = nullptr;
       tls_kernel = nullptr;
     }
-  } reset;
+  } reset{s};
 
   const uint32_t gx = L.grid[0], gy = L.grid[1], gz = L.grid[2];
   const size_t groups = size_t(gx) * gy * gz;
@@ -460,6 +509,7 @@ void run(const moelens::gpu::KernelLaunch& L, const char* kernel, const std::fun
   for (size_t i = 0; i < groups; ++i) group_order[i] = tls_order == Order::Reverse ? groups - 1 - i : i;
   if (tls_order == Order::Random) std::shuffle(group_order.begin(), group_order.end(), s.rng);
   const uint32_t simdgroups = uint32_t(count / kSimdWidth);
+  bool first = true;
   for (size_t gi : group_order) {
     const uint3 group(uint32_t(gi % gx), uint32_t(gi / gx % gy), uint32_t(gi / (size_t(gx) * gy)));
     for (size_t i = 0; i < count; ++i) {
@@ -477,7 +527,10 @@ void run(const moelens::gpu::KernelLaunch& L, const char* kernel, const std::fun
       t.simdgroups_per_threadgroup = simdgroups;
       t.threads_per_simdgroup = kSimdWidth;
     }
+    if (first && !tls_in_flight.empty()) s.poison(tls_in_flight);
+    first = false;
     run_threadgroup(s, count, kernel);
+    s.restore(tls_in_flight);  // every thread returned before await_inputs()
   }
 }
 

@@ -203,6 +203,9 @@ enum class ValueType : int { F32, I32, U32 };
 uint32_t simd_collective(SimdOp op, ValueType type, uint32_t value, uint32_t arg, int line, const char* file);
 // Suspends the calling GPU thread until every thread of its threadgroup reaches this barrier.
 void threadgroup_barrier_at(int line, const char* file);
+// await_inputs(): where the pre-wait check (emulator.h, set_pre_wait_check) gives the buffers of the
+// launches in flight their contents back; nothing when it is off.
+void await_inputs_at(int line, const char* file);
 // The threadgroup's allocation for the threadgroup variable `site` of the running kernel: NaN-poisoned
 // (all bits set) when the threadgroup starts, 32 KiB in all.
 void* threadgroup_alloc_bytes(int site, size_t bytes, size_t align);
@@ -289,7 +292,9 @@ MSL_FN uint q4_fragment_column(uint j) { return 16u * (j % 8u / 2u) + j / 8u % 4
 // that [p, p + bytes) is read soon. With CUDA from sm_90 one bulk prefetch into L2 of the 16-byte
 // granules that hold the range (L2 is where every SM's reads and writes meet, so a prefetch never
 // makes a later read stale). The emulator runs launches one after another and reads the range's first
-// and last byte, so that a range past the end of its buffer faults (emu_map_buffer's guard page).
+// and last byte, so that a range past the end of its buffer faults (emu_map_buffer's guard page); its
+// pre-wait check (emulator.h) holds the buffers that launches in flight write poisoned up to
+// await_inputs(), so that a kernel reading one of them early computes a wrong result.
 #if defined(MSL_TARGET_CUDA)
 #define await_inputs() msl_cuda::await_previous_kernel(msl_early_dependents)
 MSL_FN void prefetch_l2(const void* p, ulong bytes) {
@@ -300,7 +305,7 @@ MSL_FN void prefetch_l2(const void* p, ulong bytes) {
 #endif
 }
 #else
-MSL_FN void await_inputs() {}
+#define await_inputs() msl_emu::await_inputs_at(__LINE__, __FILE__)
 MSL_FN void prefetch_l2(const MSL_AS_DEVICE void* p, ulong bytes) {
   if (bytes == 0) return;
   const volatile MSL_AS_DEVICE unsigned char* b = (const volatile MSL_AS_DEVICE unsigned char*)p;

@@ -266,3 +266,13 @@ kernel void q4_load_wrong_lane(device float* out [[buffer(0)]], uint lane [[thre
   simdgroup_q4_load(q, (device const uchar*)out, 32u, 0u, ushort(0));
   out[lane] = 0.0f;
 }
+
+// Reads its input before await_inputs(), where with CUDA an earlier launch may still be writing it:
+// out[64 + i] = out[i] read early, out[128 + i] = out[i] read after the wait. Under the emulator's
+// pre-wait check the early read of the first threadgroup sees the poison.
+kernel void reads_before_await(device float* out [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+  const float early = out[i];
+  await_inputs();
+  out[64u + i] = early;
+  out[128u + i] = out[i];
+}

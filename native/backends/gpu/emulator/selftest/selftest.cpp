@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "emulator/emulator.h"
@@ -70,6 +72,23 @@ int main() {
         "missing barrier across simdgroups: simdgroup 0 runs ahead in forward order and reads the old word");
   check(launch(k::Id::missing_barrier_across_simdgroups, 64, out, Order::Reverse).empty() && out[0] == 2.0f,
         "missing barrier across simdgroups: simdgroup 1 runs ahead in reverse order and simdgroup 0 reads the new word");
+
+  // The pre-wait check: what launches in flight write holds poison up to await_inputs().
+  for (int i = 0; i < 64; ++i) out[size_t(i)] = float(i);
+  auto read_early = [&](bool checked) {
+    if (checked) msl_emu::set_pre_wait_check({{reinterpret_cast<unsigned char*>(out.data()), 64 * sizeof(float)}});
+    const std::string err = launch(k::Id::reads_before_await, 64, out, Order::Forward);
+    bool poisoned = err.empty(), restored = err.empty();
+    for (int i = 0; i < 64; ++i) {
+      poisoned &= std::isnan(out[64 + size_t(i)]);
+      restored &= out[size_t(i)] == float(i) && out[128 + size_t(i)] == float(i) && (checked || out[64 + size_t(i)] == float(i));
+    }
+    return std::make_pair(poisoned, restored);
+  };
+  auto [poisoned, restored] = read_early(true);
+  check(poisoned && restored, "pre-wait check: a read before await_inputs() sees poison, the buffer is whole after it");
+  std::tie(poisoned, restored) = read_early(false);
+  check(!poisoned && restored, "pre-wait check off (the next launch): the early read sees the value");
 
   std::string e = launch(k::Id::barrier_not_reached, 64, out, Order::Forward);
   check(contains(e, "is not reached by thread 32 (it returned)"), "barrier not reached: " + e);
