@@ -12,8 +12,9 @@ here=$(dirname "$0")
 
 usage() {
   cat <<'EOF'
-Usage: bench/gpu/ab.sh [--out DIR] [--synth DIR] [--backend NAME] [--rounds N] [--prompts N,N|none]
-                       [--decode N,N] [--decode-tokens N] [--precision P] [--profile] [--check N] VARIANT...
+Usage: bench/gpu/ab.sh [--out DIR] [--synth DIR] [--backend NAME] [--build-dir DIR] [--rounds N]
+                       [--prompts N,N|none] [--decode N,N] [--decode-tokens N] [--precision P] [--profile]
+                       [--check N] VARIANT...
 
   VARIANT          a patch file against the working tree (git diff output), or several joined by '+'
                    (applied in that order), e.g. fast-tiles.patch or a.patch+b.patch
@@ -22,6 +23,8 @@ Usage: bench/gpu/ab.sh [--out DIR] [--synth DIR] [--backend NAME] [--rounds N] [
                    (default /tmp/synth)
   --backend NAME   cuda (default), or emulator: the Metal kernels on the CPU, to try the tool on a
                    small checkpoint such as models/moelens-tiny
+  --build-dir DIR  the CMake build folder, configured for the backend and reused (default build/ab-BACKEND;
+                   build/cuda, the one bench/gpu/h200-bench.sh makes, saves a full build)
   --rounds N       rounds of every build (default 3)
   --prompts N,N    prompt lengths timed with `moelens-gpu-bench prefill` (default 512,4096), or none
   --decode N,N     also time decode after prompts of these lengths (`moelens-gpu-bench speed`, the
@@ -42,6 +45,7 @@ EOF
 out=/tmp/ab
 synth=/tmp/synth
 backend=cuda
+build_dir=""
 rounds=3
 prompts=512,4096
 decode=""
@@ -55,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; shift 2 ;;
     --synth) synth="$2"; shift 2 ;;
     --backend) backend="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --prompts) prompts="$2"; shift 2 ;;
     --decode) decode="$2"; shift 2 ;;
@@ -107,7 +112,7 @@ if [[ ! -f "$synth/config.json" ]]; then
   synth_pid=$!
 fi
 
-build_dir=build/ab-$backend
+build_dir=${build_dir:-build/ab-$backend}
 if [[ $backend == cuda ]]; then
   config=(-DMOELENS_CUDA=ON -DMOELENS_METAL=OFF -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}")
 else
