@@ -38,8 +38,8 @@ struct Dispatch {
   bool prompt = false;
   // What it writes, the next launch may read before it waits for it: kernels read the model's weights
   // before their await_inputs(), and a host write staged behind recorded work (GpuBackend::write) is a
-  // launch. CUDA then starts the next launch only once this one has finished; runtimes that run
-  // launches one after another ignore it.
+  // launch. CUDA then starts the next launch only once this one has finished; the emulator's check of
+  // await_inputs() then counts nothing before it as in flight; Metal ignores it.
   bool fences_next = false;
 };
 

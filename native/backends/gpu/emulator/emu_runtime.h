@@ -1,6 +1,7 @@
 // The Runtime over the CPU emulator of MSL: kernels from shaders/*.metal, translated to C++ by
 // msl-translate, run as fibers on the calling thread when the recorded work is finished. For tests
-// (every thread order) and for checking the host code of the GPU backend without a GPU.
+// (every thread order; the check of await_inputs(), emulator.h's set_pre_wait_check) and for checking
+// the host code of the GPU backend without a GPU.
 #pragma once
 
 #include <memory>
